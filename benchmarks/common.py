@@ -1,0 +1,115 @@
+"""Shared measuring tools: one BLAS thread, medians of repeats, and a record of the machine.
+
+Import this module before NumPy so that the thread limits take effect.
+"""
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import gc  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
+from importlib import metadata  # noqa: E402
+
+
+def median_time(fn, repeats=7, warmup=1):
+    """Median wall time of ``fn()`` in seconds, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def side_by_side(contenders, repeats=7, warmup=1):
+    """Time several functions interleaved (round-robin), so drift hits all alike.
+
+    Returns {name: median seconds}.
+    """
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def traced_peak(fn):
+    """Peak bytes newly allocated (as tracemalloc sees them) while ``fn()`` runs."""
+    gc.collect()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    result = fn()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    del result
+    return peak
+
+
+def version(package):
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+
+        return "; ".join(
+            f"{i.get('internal_api')} {i.get('version')} threads={i.get('num_threads')}"
+            for i in threadpool_info()
+            if i.get("user_api") == "blas"
+        )
+    except ImportError:
+        return f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}"
+
+
+def machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                cpu = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
+def environment(packages=("numpy", "remat")):
+    """A markdown paragraph recording what the figures were measured on."""
+    versions = ", ".join(f"{p} {version(p)}" for p in packages if version(p))
+    return (
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; "
+        f"Python {sys.version.split()[0]}; {versions}; BLAS: {blas_info()}."
+    )
+
+
+def table(headers, rows):
+    """A markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def skip(name, reason):
+    print(f"  (skipped {name}: {reason})")

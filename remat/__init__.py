@@ -1,0 +1,56 @@
+"""remat: a tape-based reverse-mode autodiff engine with rematerialization built in.
+
+>>> import numpy as np, remat as rm
+>>> x = rm.tensor(np.arange(3.0), requires_grad=True)
+>>> (rm.sin(x) * x).sum().backward()
+>>> x.grad  # sin(x) + x cos(x)
+array([0.        , 1.38177329, 0.07700375])
+
+This module only re-exports; see the submodules for the ideas.
+"""
+
+from . import random, schedules
+from .functional import GradcheckError, grad, gradcheck, value_and_grad
+from .ops import (
+    OPS,
+    ShapeError,
+    abs,
+    add,
+    broadcast_to,
+    clip,
+    concatenate,
+    cos,
+    divide,
+    einsum,
+    exp,
+    log,
+    log_softmax,
+    logsumexp,
+    matmul,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    multiply,
+    negative,
+    power,
+    relu,
+    reshape,
+    sigmoid,
+    sin,
+    softmax,
+    sqrt,
+    stack,
+    subtract,
+    sum,
+    swapaxes,
+    tanh,
+    transpose,
+    where,
+)
+from .loop import LoopError, LoopStats
+from .tape import BackwardError, Record, Tape, enable_grad, no_grad
+from .tensor import Tensor, tensor
+
+__version__ = "0.1.0"

@@ -1,0 +1,142 @@
+"""Functional API: grad, value_and_grad and gradcheck.
+
+``rm.grad(f)`` turns a function of Tensors returning a scalar Tensor into a
+function returning its gradient.  Called on plain arrays it returns arrays;
+called on Tensors that are themselves being differentiated (inside another
+``rm.grad``) it records its own backward and returns Tensors, so that
+``rm.grad(rm.grad(f))`` gives second derivatives.
+"""
+
+from __future__ import annotations
+
+from . import backend
+from .tape import BackwardError, backward, enable_grad
+from .tensor import Tensor, own_gradients
+
+
+class GradcheckError(AssertionError):
+    """An analytic gradient disagrees with central finite differences."""
+
+
+def _check_scalar(out, f):
+    if not isinstance(out, Tensor):
+        raise TypeError(
+            f"{getattr(f, '__name__', f)!r} must return a Tensor; got {type(out).__name__}"
+        )
+    if out.size != 1:
+        raise BackwardError(
+            f"rm.grad needs a function with a single-element output; "
+            f"{getattr(f, '__name__', 'f')} returned shape {out.shape}"
+        )
+
+
+def value_and_grad(f, argnums=0):
+    """``g(*args) -> (f(*args), gradient)``; the gradient is a tuple if ``argnums`` is."""
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+
+    def value_and_grad_f(*args):
+        for n in nums:
+            if not -len(args) <= n < len(args):
+                raise IndexError(f"argnums={argnums} but the function got {len(args)} arguments")
+        # Differentiating a derivative: the inputs are on a tape already.
+        nested = any(isinstance(a, Tensor) and a.requires_grad for a in args)
+        inputs = [Tensor(a) if backend.is_array(a) else a for a in args]
+        for n in nums:
+            a = args[n]
+            if nested and isinstance(a, Tensor) and a.requires_grad:
+                continue  # keep it connected to the outer computation
+            inputs[n] = Tensor(backend.asarray(a.data if isinstance(a, Tensor) else a), True)
+            if not backend.is_floating(inputs[n].dtype):
+                raise TypeError(
+                    f"rm.grad: argument {n} has dtype {inputs[n].dtype}; gradients need floats"
+                )
+        with enable_grad():  # rm.grad differentiates even inside rm.no_grad()
+            out = f(*inputs)
+        _check_scalar(out, f)
+        seed = backend.ones_like(out.data)
+        targets = [inputs[n] for n in nums]
+        if out.node is None:
+            grads = {}
+        else:
+            grads = backward([out], [Tensor(seed) if nested else seed], create_graph=nested)
+        if not nested:
+            grads = {id(leaf): [leaf, g] for leaf, g in own_gradients(grads, seed)}
+        results = []
+        for t in targets:
+            entry = grads.get(id(t))
+            if entry is None:  # f does not depend on this input
+                zero = backend.zeros(t.shape, t.dtype, like=t.data)
+                results.append(Tensor(zero) if nested else zero)
+            else:
+                results.append(entry[1])
+        value = out if nested else out.detach()
+        return value, (results[0] if single else tuple(results))
+
+    value_and_grad_f.__name__ = f"value_and_grad({getattr(f, '__name__', 'f')})"
+    return value_and_grad_f
+
+
+def grad(f, argnums=0):
+    """The gradient of scalar-valued ``f`` with respect to argument(s) ``argnums``."""
+    vg = value_and_grad(f, argnums)
+
+    def grad_f(*args):
+        return vg(*args)[1]
+
+    grad_f.__name__ = f"grad({getattr(f, '__name__', 'f')})"
+    return grad_f
+
+
+def gradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
+    """Compare rm.grad(f) with central differences, in float64, for every input.
+
+    Returns True, or raises :class:`GradcheckError` naming the input, the worst
+    element and both values.
+    """
+    arrays = [
+        backend.asarray(a.data if isinstance(a, Tensor) else a, dtype=backend.float64)
+        for a in inputs
+    ]
+    if not arrays:
+        raise ValueError("gradcheck needs at least one input")
+    analytic = grad(f, argnums=tuple(range(len(arrays))))(*arrays)
+    for i, (x, a) in enumerate(zip(arrays, analytic)):
+        numeric = backend.zeros(x.shape, x.dtype, like=x)
+        flat, num = x.reshape(-1), numeric.reshape(-1)
+        for j in range(flat.size):
+            old = flat[j]
+            flat[j] = old + eps
+            up = _value(f, arrays)
+            flat[j] = old - eps
+            down = _value(f, arrays)
+            flat[j] = old
+            num[j] = (up - down) / (2 * eps)
+        a = backend.to_host(a)
+        numeric = backend.to_host(numeric)
+        excess = abs(a - numeric) - (atol + rtol * abs(numeric))
+        if excess.size and excess.max() > 0:
+            worst = tuple(int(k) for k in divmod_index(excess.argmax(), x.shape))
+            raise GradcheckError(
+                f"gradcheck of {getattr(f, '__name__', 'f')}: input {i} (shape {x.shape}), "
+                f"element {worst}: analytic {a[worst]!r} vs numeric {numeric[worst]!r} "
+                f"(allowed |difference| <= {atol} + {rtol}*|numeric|)"
+            )
+    return True
+
+
+def divmod_index(flat_index, shape):
+    """The multi-index of ``flat_index`` in an array of ``shape`` (C order)."""
+    index = []
+    for n in reversed(shape):
+        flat_index, k = divmod(int(flat_index), n)
+        index.append(k)
+    return tuple(reversed(index))
+
+
+def _value(f, arrays):
+    from .tape import no_grad
+
+    with no_grad():
+        out = f(*[Tensor(a) for a in arrays])
+    return float(backend.to_host(out.data).reshape(-1)[0])

@@ -1,0 +1,114 @@
+"""The primitives: each op's forward and VJP side by side, grouped by family.
+
+``OPS`` (from :mod:`remat.ops.core`) is the single table of every primitive;
+the tests check each entry's gradient against finite differences.
+"""
+
+from types import SimpleNamespace
+
+from .. import backend
+from .core import OPS, ShapeError, Tensor, as_tensor
+from .elementwise import (
+    abs,
+    add,
+    clip,
+    cos,
+    divide,
+    exp,
+    log,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    power,
+    sin,
+    sqrt,
+    subtract,
+    tanh,
+    where,
+)
+from .index import getitem, scatter_add
+from .linalg import einsum, matmul
+from .nn import log_softmax, relu, sigmoid, softmax
+from .reduce import logsumexp, max, mean, min, sum
+from .shape import broadcast_to, concatenate, reshape, stack, swapaxes, transpose
+
+
+def sign(x):
+    """The sign of each element, as a constant (its derivative is zero almost everywhere)."""
+    return Tensor(backend.sign(as_tensor(x).data))
+
+
+# The namespace VJP rules use when a backward is itself differentiated: the
+# same names as backend.ArrayNamespace, on Tensors (see remat.tape).
+TENSOR_NAMESPACE = SimpleNamespace(
+    sin=sin,
+    cos=cos,
+    exp=exp,
+    log=log,
+    sqrt=sqrt,
+    sign=sign,
+    sum=sum,
+    reshape=reshape,
+    broadcast_to=broadcast_to,
+    where=where,
+    matmul=matmul,
+    swapaxes=swapaxes,
+    transpose=transpose,
+    einsum=einsum,
+    scatter_add=scatter_add,
+)
+
+
+def _comparison(name):
+    ufunc = getattr(backend.xp, name)
+
+    def compare(self, other):
+        other = other.data if isinstance(other, Tensor) else other
+        return Tensor(ufunc(self.data, other))
+
+    compare.__name__ = f"__{name}__"
+    return compare
+
+
+def attach_methods(Tensor):
+    """Give Tensor its operators and methods (called once, by remat.tensor)."""
+    Tensor.__add__ = Tensor.__radd__ = add
+    Tensor.__sub__ = subtract
+    Tensor.__rsub__ = lambda self, other: subtract(other, self)
+    Tensor.__mul__ = Tensor.__rmul__ = multiply
+    Tensor.__truediv__ = divide
+    Tensor.__rtruediv__ = lambda self, other: divide(other, self)
+    Tensor.__pow__ = power
+    Tensor.__rpow__ = lambda self, other: power(other, self)
+    Tensor.__matmul__ = matmul
+    Tensor.__rmatmul__ = lambda self, other: matmul(other, self)
+    Tensor.__neg__ = negative
+    Tensor.__abs__ = abs
+    Tensor.__getitem__ = getitem
+    for name, dunder in [
+        ("less", "lt"),
+        ("less_equal", "le"),
+        ("greater", "gt"),
+        ("greater_equal", "ge"),
+        ("equal", "eq"),
+        ("not_equal", "ne"),
+    ]:
+        setattr(Tensor, f"__{dunder}__", _comparison(name))
+    Tensor.sum = sum
+    Tensor.mean = mean
+    Tensor.max = max
+    Tensor.min = min
+    Tensor.reshape = reshape
+    Tensor.transpose = transpose
+    Tensor.T = property(lambda self: transpose(self))
+    Tensor.exp = exp
+    Tensor.log = log
+    Tensor.tanh = tanh
+
+
+__all__ = sorted(
+    name
+    for name in dir()
+    if not name.startswith("_") and name not in ("SimpleNamespace", "Tensor", "backend")
+)

@@ -1,0 +1,255 @@
+"""How a primitive is declared and applied.
+
+A primitive is a forward function on raw arrays plus one VJP rule per input::
+
+    sin = defop("sin", xp.sin, lambda ns, g, ans, x: g * ns.cos(x), needs=("0",))
+
+A VJP rule receives the namespace ``ns`` (see :mod:`remat.tape`), the output
+cotangent ``g``, the output ``ans`` and the op's arguments, and returns the
+cotangent of its input.  ``needs`` says, per input, which saved values its
+rule reads: ``"0"``, ``"1"``... for arguments, ``"a"`` for the output (an op
+with any number of inputs gives a function of the count instead).  The
+record keeps exactly those (for the inputs that need a gradient), so an op
+never holds on to an array its backward will not read.
+
+Every op is registered in :data:`OPS`, the one table the tests are generated
+from.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from .. import backend
+from ..tape import STATE, Record
+from ..tensor import Tensor
+
+xp = backend.xp
+lock = backend.lock
+
+OPS = {}
+"""name -> Op: every differentiable primitive, in one table."""
+
+
+class ShapeError(ValueError):
+    """An op was given arrays whose shapes do not fit together."""
+
+
+class Op:
+    """A primitive: its name, forward, VJP rules and what the rules read."""
+
+    __slots__ = ("name", "forward", "vjps", "needs", "keep", "custom_backward")
+
+    def __init__(self, name, forward, vjps, needs, custom_backward=None):
+        self.name = name
+        self.forward = forward
+        self.vjps = vjps
+        self.needs = needs
+        self.custom_backward = custom_backward
+        # keep[mask] = (which args to save, whether to save the output), for
+        # each mask of inputs needing a gradient (precomputed for fixed arity).
+        self.keep = {}
+        if isinstance(needs, tuple):
+            for mask in product((False, True), repeat=len(needs)):
+                self.keep[mask] = _keep_for(needs, mask, len(needs))
+
+    def __repr__(self):
+        return f"<op {self.name}>"
+
+
+def _keep_for(needs, mask, nargs):
+    wanted = set()
+    for need, wanted_grad in zip(needs, mask):
+        if wanted_grad:
+            wanted.update(str(token) for token in need)
+    return tuple(str(i) in wanted for i in range(nargs)), "a" in wanted
+
+
+def defop(name, forward, *vjps, needs):
+    """Declare a primitive and add it to :data:`OPS`."""
+    op = Op(name, forward, vjps[0] if isinstance(vjps[0], Variadic) else vjps, needs)
+    OPS[name] = op
+    return op
+
+
+class Variadic:
+    """VJP rules for an op with any number of inputs: rule(i, ns, g, ans, *args)."""
+
+    __slots__ = ("rule",)
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def __getitem__(self, i):
+        rule = self.rule
+        return lambda ns, g, ans, *args, **kw: rule(i, ns, g, ans, *args, **kw)
+
+
+def as_tensor(value):
+    """A Tensor for any operand: Tensors pass through, arrays and lists are copied."""
+    if type(value) is Tensor:
+        return value
+    if isinstance(value, Tensor):
+        return value
+    return Tensor(backend.asarray(value))
+
+
+def _shape_error(op, datas, error):
+    shapes = " and ".join(str(getattr(d, "shape", ())) for d in datas)
+    return ShapeError(f"{op.name}: cannot combine operands of shapes {shapes}: {error}")
+
+
+def _output(out):
+    # NumPy returns scalars from full reductions and 0-d ufuncs: keep arrays.
+    return out if type(out) is backend.ndarray else xp.asarray(out)
+
+
+def unary(op, x, **kw):
+    """Apply a one-input primitive with keyword arguments (softmax's axis)."""
+    if type(x) is not Tensor:
+        x = as_tensor(x)
+    data = x.data
+    out = _output(op.forward(data, **kw))
+    node = x.node
+    if node is None or not STATE.grad_enabled:
+        return Tensor(out)
+    (keep_x,), keep_ans = op.keep[(True,)]
+    if keep_x:
+        lock(data)
+    if keep_ans:
+        lock(out)
+    record = Record(
+        op, (node,), (data if keep_x else None,), out if keep_ans else None, kw, out.shape
+    )
+    return Tensor._from_record(out, record)
+
+
+# The two functions below build the hot path of every elementwise op: one
+# closure per op, with the op's forward and what it keeps bound as locals, so
+# that an op on small arrays costs little more than the NumPy call itself.
+
+
+def make_unary(op, name=None, doc=None):
+    """The public function for a one-input primitive: ``f(x) -> Tensor``."""
+    forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
+    (keep_x,), keep_ans = op.keep[(True,)]
+
+    def f(x):
+        if type(x) is not Tensor:
+            x = as_tensor(x)
+        data = x.data
+        out = forward(data)
+        if type(out) is not ndarray:
+            out = _output(out)
+        t = new(Tensor)
+        t.data = out
+        t.grad = None
+        node = x.node
+        if node is None or not STATE.grad_enabled:
+            t.node = None
+            return t
+        if keep_x:
+            lock(data)
+        if keep_ans:
+            lock(out)
+        t.node = Record(
+            op, (node,), (data if keep_x else None,), out if keep_ans else None, None, out.shape
+        )
+        return t
+
+    f.__name__ = f.__qualname__ = name or op.name
+    f.__doc__ = doc
+    return f
+
+
+def make_binary(op, name=None, doc=None):
+    """The public function for a two-input primitive; either input may be a Python scalar."""
+    forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
+    scalars = (int, float)
+    keep_both, keep_first, keep_second = (op.keep[m] for m in ((1, 1), (1, 0), (0, 1)))
+
+    def f(a, b):
+        if type(a) is Tensor:
+            da, na = a.data, a.node
+        elif isinstance(a, scalars):
+            da = a
+            na = None
+        else:
+            a = as_tensor(a)
+            da, na = a.data, a.node
+        if type(b) is Tensor:
+            db, nb = b.data, b.node
+        elif isinstance(b, scalars):
+            db = b
+            nb = None
+        else:
+            b = as_tensor(b)
+            db, nb = b.data, b.node
+        try:
+            out = forward(da, db)
+        except ValueError as error:
+            raise _shape_error(op, (da, db), error) from None
+        if type(out) is not ndarray:
+            out = _output(out)
+        t = new(Tensor)
+        t.data = out
+        t.grad = None
+        if (na is None and nb is None) or not STATE.grad_enabled:
+            t.node = None
+            return t
+        if na is None:
+            (keep_a, keep_b), keep_ans = keep_second
+        elif nb is None:
+            (keep_a, keep_b), keep_ans = keep_first
+        else:
+            (keep_a, keep_b), keep_ans = keep_both
+        if keep_a:
+            lock(da)
+        if keep_b:
+            lock(db)
+        if keep_ans:
+            lock(out)
+        t.node = Record(
+            op,
+            (na, nb),
+            (da if keep_a else None, db if keep_b else None),
+            out if keep_ans else None,
+            None,
+            out.shape,
+        )
+        return t
+
+    f.__name__ = f.__qualname__ = name or op.name
+    f.__doc__ = doc
+    return f
+
+
+def apply(op, inputs, forward_kw=None, vjp_kw=None):
+    """Apply any primitive: ``inputs`` are Tensors or constants.
+
+    ``forward_kw`` goes to the forward function; ``vjp_kw`` (default: the
+    same) is stored for the VJP rules, which may need more (an input shape).
+    """
+    tensors = [as_tensor(v) if backend.is_array(v) or isinstance(v, list) else v for v in inputs]
+    datas = [t.data if isinstance(t, Tensor) else t for t in tensors]
+    try:
+        out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
+    except ValueError as error:
+        raise _shape_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
+    out = _output(out)
+    nodes = tuple(t.node if isinstance(t, Tensor) else None for t in tensors)
+    if not STATE.grad_enabled or all(n is None for n in nodes):
+        return Tensor(out)
+    mask = tuple(n is not None for n in nodes)
+    keep = op.keep.get(mask)
+    if keep is None:  # a variadic op: needs(n) gives the tokens for n inputs
+        keep = _keep_for(op.needs(len(nodes)), mask, len(nodes))
+    keep_args, keep_ans = keep
+    saved = tuple(d if k else None for d, k in zip(datas, keep_args))
+    for d in saved:
+        lock(d)
+    if keep_ans:
+        lock(out)
+    kw = vjp_kw if vjp_kw is not None else forward_kw
+    record = Record(op, nodes, saved, out if keep_ans else None, kw, out.shape)
+    return Tensor._from_record(out, record)

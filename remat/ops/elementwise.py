@@ -1,0 +1,142 @@
+"""Elementwise primitives, each with its VJP beside it.
+
+Broadcasting needs no care here: the tape sums a cotangent back to its
+input's shape (remat.tape.unbroadcast).
+"""
+
+from .core import apply, defop, make_binary, make_unary, unary, xp
+
+# --- one input ------------------------------------------------------------------
+NEGATIVE = defop("negative", xp.negative, lambda ns, g, ans, x: -g, needs=("",))
+EXP = defop("exp", xp.exp, lambda ns, g, ans, x: g * ans, needs=("a",))
+LOG = defop("log", xp.log, lambda ns, g, ans, x: g / x, needs=("0",))
+SIN = defop("sin", xp.sin, lambda ns, g, ans, x: g * ns.cos(x), needs=("0",))
+COS = defop("cos", xp.cos, lambda ns, g, ans, x: -(g * ns.sin(x)), needs=("0",))
+TANH = defop("tanh", xp.tanh, lambda ns, g, ans, x: g * (1 - ans * ans), needs=("a",))
+SQRT = defop("sqrt", xp.sqrt, lambda ns, g, ans, x: g * 0.5 / ans, needs=("a",))
+ABS = defop("abs", xp.abs, lambda ns, g, ans, x: g * ns.sign(x), needs=("0",))
+
+
+negative = make_unary(NEGATIVE)
+
+
+exp = make_unary(EXP)
+
+
+log = make_unary(LOG)
+
+
+sin = make_unary(SIN)
+
+
+cos = make_unary(COS)
+
+
+tanh = make_unary(TANH)
+
+
+sqrt = make_unary(SQRT)
+
+
+abs = make_unary(ABS)  # noqa: A001 - NumPy's name
+
+
+# --- two inputs -------------------------------------------------------------------
+ADD = defop("add", xp.add, lambda ns, g, ans, x, y: g, lambda ns, g, ans, x, y: g, needs=("", ""))
+SUBTRACT = defop(
+    "subtract",
+    xp.subtract,
+    lambda ns, g, ans, x, y: g,
+    lambda ns, g, ans, x, y: -g,
+    needs=("", ""),
+)
+MULTIPLY = defop(
+    "multiply",
+    xp.multiply,
+    lambda ns, g, ans, x, y: g * y,
+    lambda ns, g, ans, x, y: g * x,
+    needs=("1", "0"),
+)
+DIVIDE = defop(
+    "divide",
+    xp.divide,
+    lambda ns, g, ans, x, y: g / y,
+    lambda ns, g, ans, x, y: -(g * ans) / y,
+    needs=("1", "1a"),
+)
+POWER = defop(
+    "power",
+    xp.power,
+    lambda ns, g, ans, x, y: g * y * x ** (y - 1),
+    lambda ns, g, ans, x, y: g * ans * ns.log(x),
+    needs=("01", "0a"),
+)
+MAXIMUM = defop(
+    "maximum",
+    xp.maximum,
+    lambda ns, g, ans, x, y: g * (x >= y),
+    lambda ns, g, ans, x, y: g * (x < y),
+    needs=("01", "01"),
+)
+MINIMUM = defop(
+    "minimum",
+    xp.minimum,
+    lambda ns, g, ans, x, y: g * (x <= y),
+    lambda ns, g, ans, x, y: g * (x > y),
+    needs=("01", "01"),
+)
+
+
+add = make_binary(ADD)
+
+
+subtract = make_binary(SUBTRACT)
+
+
+multiply = make_binary(MULTIPLY)
+
+
+divide = make_binary(DIVIDE)
+
+
+power = make_binary(POWER)
+
+
+maximum = make_binary(MAXIMUM, doc="Elementwise max; at ties the gradient goes to ``x``.")
+
+
+minimum = make_binary(MINIMUM, doc="Elementwise min; at ties the gradient goes to ``x``.")
+
+
+# --- selections -------------------------------------------------------------------
+WHERE = defop(
+    "where",
+    xp.where,
+    lambda ns, g, ans, c, x, y: g * 0,
+    lambda ns, g, ans, c, x, y: ns.where(c, g, 0),
+    lambda ns, g, ans, c, x, y: ns.where(c, 0, g),
+    needs=("", "0", "0"),
+)
+
+
+def where(condition, x, y):
+    """``x`` where ``condition`` holds, else ``y`` (the condition gets no gradient)."""
+    return apply(WHERE, (condition, x, y))
+
+
+def _clip_vjp(ns, g, ans, x, a_min=None, a_max=None):
+    if a_min is not None:
+        g = g * (x >= a_min)
+    if a_max is not None:
+        g = g * (x <= a_max)
+    return g
+
+
+CLIP = defop("clip", xp.clip, _clip_vjp, needs=("0",))
+
+
+def clip(x, a_min=None, a_max=None):
+    """Limit values to [a_min, a_max] (constant bounds); gradient 0 outside."""
+    a_min = getattr(a_min, "data", a_min)
+    a_max = getattr(a_max, "data", a_max)
+    return unary(CLIP, x, a_min=a_min, a_max=a_max)

@@ -1,0 +1,59 @@
+"""Indexing: ``x[index]`` and its adjoint, adding a cotangent back into zeros.
+
+Integer-array indices may name an element twice; the adjoint then *adds* the
+cotangents (an unbuffered scatter-add), so repeated indices accumulate.
+"""
+
+from .. import backend
+from .core import Tensor, apply, as_tensor, defop
+
+
+def _normalize_index(index):
+    """Tensors and lists inside an index become (copied) arrays; the rest stays."""
+    parts = index if isinstance(index, tuple) else (index,)
+    fixed = []
+    for part in parts:
+        if isinstance(part, Tensor):
+            part = part.data
+        if isinstance(part, list) or backend.is_array(part):
+            part = backend.as_index(part)
+        fixed.append(part)
+    return tuple(fixed) if isinstance(index, tuple) else fixed[0]
+
+
+def _getitem(x, index, shape=None):
+    return x[index]
+
+
+GETITEM = defop(
+    "getitem",
+    _getitem,
+    lambda ns, g, ans, x, index, shape: ns.scatter_add(shape, index, g),
+    needs=("",),
+)
+
+
+def getitem(x, index):
+    """``x[index]`` with NumPy's basic and advanced indexing."""
+    x = as_tensor(x)
+    index = _normalize_index(index)
+    return apply(GETITEM, (x,), {"index": index}, {"index": index, "shape": x.shape})
+
+
+def _scatter_add(values, shape, index):
+    return backend.vjp_namespace(values).scatter_add(shape, index, values)
+
+
+# The adjoint of getitem as an op of its own, so that a backward through
+# indexing can itself be differentiated (its VJP is indexing again).
+SCATTER_ADD = defop(
+    "scatter_add",
+    _scatter_add,
+    lambda ns, g, ans, values, shape, index: g[index],
+    needs=("",),
+)
+
+
+def scatter_add(shape, index, values):
+    """zeros(shape) with ``values`` added at ``index`` (repeated indices add up)."""
+    return apply(SCATTER_ADD, (as_tensor(values),), {"shape": shape, "index": index})

@@ -1,0 +1,97 @@
+"""Matrix products: matmul (NumPy's rules for 1-D and batched operands) and einsum."""
+
+from .core import ShapeError, Variadic, apply, as_tensor, defop, make_binary, xp
+
+# Each rule sees only the other operand; the rank of its own operand follows
+# from the cotangent's rank (NumPy drops the axis a 1-D operand contributed).
+
+
+def _matmul_vjp_a(ns, g, ans, a, b):
+    if b.ndim == 1:  # (..., n, k) @ (k,) -> (..., n), or (k,) @ (k,) -> ()
+        return g[..., None] * b if g.ndim else g * b
+    if g.ndim == b.ndim - 1:  # (k,) @ (..., k, m) -> (..., m)
+        return ns.matmul(b, g[..., None])[..., 0]
+    return ns.matmul(g, ns.swapaxes(b, -1, -2))
+
+
+def _matmul_vjp_b(ns, g, ans, a, b):
+    if a.ndim == 1:  # (k,) @ (..., k, m) -> (..., m), or (k,) @ (k,) -> ()
+        return a[:, None] * g[..., None, :] if g.ndim else g * a
+    if g.ndim == a.ndim - 1:  # (..., n, k) @ (k,) -> (..., n)
+        return ns.matmul(ns.swapaxes(a, -1, -2), g[..., None])[..., 0]
+    return ns.matmul(ns.swapaxes(a, -1, -2), g)
+
+
+MATMUL = defop("matmul", xp.matmul, _matmul_vjp_a, _matmul_vjp_b, needs=("1", "0"))
+_matmul = make_binary(MATMUL)
+
+
+def matmul(a, b):
+    """Matrix product with NumPy's rules (1-D operands, broadcast batch axes)."""
+    a, b = as_tensor(a), as_tensor(b)
+    if a.ndim == 0 or b.ndim == 0 or a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
+        raise ShapeError(
+            f"matmul: shapes {a.shape} and {b.shape} do not align: the last axis of the first "
+            f"operand must equal the {'second-to-last' if b.ndim > 1 else 'only'} axis of the "
+            "second (and neither may be a scalar)"
+        )
+    return _matmul(a, b)
+
+
+def _parse_einsum(subscripts, count):
+    spec = subscripts.replace(" ", "")
+    if "." in spec:
+        raise NotImplementedError(f"einsum {subscripts!r}: ellipsis ('...') is not supported yet")
+    inputs, _, output = spec.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != count:
+        raise ShapeError(f"einsum {subscripts!r}: {len(terms)} terms but {count} operands")
+    if "->" not in spec:  # implicit mode: letters seen once, in alphabetical order
+        letters = "".join(terms)
+        output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return terms, output
+
+
+def _einsum_vjp(i, ns, g, ans, *operands, subscripts, shapes):
+    terms, output = _parse_einsum(subscripts, len(operands))
+    others = [t for j, t in enumerate(terms) if j != i]
+    present = set(output).union(*others)
+    target = "".join(c for c in terms[i] if c in present)
+    spec = ",".join([output, *others]) + "->" + target
+    grad = ns.einsum(spec, g, *(op for j, op in enumerate(operands) if j != i))
+    if target != terms[i]:  # letters summed within operand i alone: broadcast back
+        shape = shapes[i]
+        grad = ns.reshape(grad, tuple(n if c in present else 1 for c, n in zip(terms[i], shape)))
+        grad = ns.broadcast_to(grad, shape)
+    return grad
+
+
+def _einsum(*operands, subscripts):
+    return xp.einsum(subscripts, *operands)
+
+
+EINSUM = defop(
+    "einsum",
+    _einsum,
+    Variadic(_einsum_vjp),
+    needs=lambda n: tuple(tuple(j for j in range(n) if j != i) for i in range(n)),
+)
+
+
+def einsum(subscripts, *operands):
+    """Einstein summation, as numpy.einsum (explicit or implicit output; no '...')."""
+    tensors = [as_tensor(o) for o in operands]
+    terms, _ = _parse_einsum(subscripts, len(tensors))
+    for term, t in zip(terms, tensors):
+        if len(set(term)) != len(term) and t.requires_grad:
+            raise NotImplementedError(
+                f"einsum {subscripts!r}: a repeated index within one operand ({term!r}, a trace "
+                "or diagonal) is not differentiable yet"
+            )
+        if len(term) != t.ndim:
+            raise ShapeError(
+                f"einsum {subscripts!r}: term {term!r} has {len(term)} indices but its operand "
+                f"has shape {t.shape}"
+            )
+    vjp_kw = {"subscripts": subscripts, "shapes": tuple(t.shape for t in tensors)}
+    return apply(EINSUM, tensors, {"subscripts": subscripts}, vjp_kw)

@@ -1,0 +1,49 @@
+"""Neural-network primitives: activations and normalised exponentials.
+
+Each is one primitive with a hand-written VJP, rather than a composition of
+smaller ops: fewer records on the tape, and numerically stable forms.
+"""
+
+from .core import defop, make_unary, unary, xp
+from .reduce import _logsumexp
+
+
+def _sigmoid(x):
+    return 0.5 * (1.0 + xp.tanh(0.5 * x))  # = 1 / (1 + exp(-x)), without overflow
+
+
+def _softmax(x, axis=-1):
+    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis=-1):
+    return x - _logsumexp(x, axis=axis, keepdims=True)
+
+
+SIGMOID = defop("sigmoid", _sigmoid, lambda ns, g, ans, x: g * ans * (1 - ans), needs=("a",))
+RELU = defop("relu", lambda x: xp.maximum(x, 0), lambda ns, g, ans, x: g * (ans > 0), needs=("a",))
+SOFTMAX = defop(
+    "softmax",
+    _softmax,
+    lambda ns, g, ans, x, axis: ans * (g - ns.sum(g * ans, axis=axis, keepdims=True)),
+    needs=("a",),
+)
+LOG_SOFTMAX = defop(
+    "log_softmax",
+    _log_softmax,
+    lambda ns, g, ans, x, axis: g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True),
+    needs=("a",),
+)
+
+
+sigmoid = make_unary(SIGMOID)
+relu = make_unary(RELU)
+
+
+def softmax(x, axis=-1):
+    return unary(SOFTMAX, x, axis=axis)
+
+
+def log_softmax(x, axis=-1):
+    return unary(LOG_SOFTMAX, x, axis=axis)

@@ -1,0 +1,93 @@
+"""Reductions over axes (NumPy's ``axis`` and ``keepdims``), with their VJPs.
+
+A reduction's cotangent has the reduced shape; its VJP first puts the reduced
+axes back as size-1 axes (:func:`kept_axes`) so that it broadcasts against the
+input again.
+"""
+
+from .core import apply, as_tensor, defop, xp
+
+
+def normalize_axes(axis, ndim):
+    """``axis`` (None, int or tuple, possibly negative) as a tuple of axes >= 0."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    return tuple(a % ndim if ndim else a for a in axes)
+
+
+def kept_axes(ns, g, axis, keepdims, shape):
+    """Reshape a reduced cotangent so the reduced axes are there with size 1."""
+    if keepdims:
+        return g
+    axes = normalize_axes(axis, len(shape))
+    return ns.reshape(g, tuple(1 if i in axes else n for i, n in enumerate(shape)))
+
+
+def _count(axis, shape):
+    count = 1
+    for a in normalize_axes(axis, len(shape)):
+        count *= shape[a]
+    return count
+
+
+def _sum_vjp(ns, g, ans, x, axis, keepdims, shape):
+    return ns.broadcast_to(kept_axes(ns, g, axis, keepdims, shape), shape)
+
+
+def _mean_vjp(ns, g, ans, x, axis, keepdims, shape):
+    return _sum_vjp(ns, g, ans, x, axis, keepdims, shape) / _count(axis, shape)
+
+
+def _extreme_vjp(ns, g, ans, x, axis, keepdims, shape):
+    # The gradient goes to the extreme elements, shared equally between ties.
+    mask = x == kept_axes(ns, ans, axis, keepdims, shape)
+    return kept_axes(ns, g, axis, keepdims, shape) * mask / ns.sum(mask, axis=axis, keepdims=True)
+
+
+def _logsumexp(x, axis=None, keepdims=False):
+    top = xp.max(x, axis=axis, keepdims=True)
+    top = xp.where(xp.isfinite(top), top, 0)
+    out = xp.log(xp.sum(xp.exp(x - top), axis=axis, keepdims=True)) + top
+    return out if keepdims else xp.squeeze(out, axis=axis)
+
+
+def _logsumexp_vjp(ns, g, ans, x, axis, keepdims, shape):
+    kept = kept_axes(ns, ans, axis, keepdims, shape)
+    return kept_axes(ns, g, axis, keepdims, shape) * ns.exp(x - kept)
+
+
+SUM = defop("sum", xp.sum, _sum_vjp, needs=("",))
+MEAN = defop("mean", xp.mean, _mean_vjp, needs=("",))
+MAX = defop("max", xp.max, _extreme_vjp, needs=("0a",))
+MIN = defop("min", xp.min, _extreme_vjp, needs=("0a",))
+LOGSUMEXP = defop("logsumexp", _logsumexp, _logsumexp_vjp, needs=("0a",))
+
+
+def _reduce(op, x, axis, keepdims):
+    x = as_tensor(x)
+    forward_kw = {"axis": axis, "keepdims": keepdims}
+    return apply(op, (x,), forward_kw, {**forward_kw, "shape": x.shape})
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
+    return _reduce(SUM, x, axis, keepdims)
+
+
+def mean(x, axis=None, keepdims=False):
+    return _reduce(MEAN, x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001
+    """Largest element(s); ties share the gradient equally."""
+    return _reduce(MAX, x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):  # noqa: A001
+    """Smallest element(s); ties share the gradient equally."""
+    return _reduce(MIN, x, axis, keepdims)
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    """log(sum(exp(x))) computed stably (the largest element is factored out)."""
+    return _reduce(LOGSUMEXP, x, axis, keepdims)

@@ -1,0 +1,127 @@
+"""Shape primitives: reshape, transpose, swapaxes, broadcast_to, concatenate, stack.
+
+They move values without changing them, so each VJP moves the cotangent back.
+"""
+
+from .. import backend
+from .core import Variadic, apply, as_tensor, defop, xp
+
+
+def _reshape(x, shape, old_shape=None):
+    return xp.reshape(x, shape)
+
+
+RESHAPE = defop(
+    "reshape",
+    _reshape,
+    lambda ns, g, ans, x, shape, old_shape: ns.reshape(g, old_shape),
+    needs=("",),
+)
+
+
+def reshape(x, *shape):
+    """A new shape for the same values; ``reshape(x, 2, 3)`` and ``reshape(x, (2, 3))`` agree."""
+    x = as_tensor(x)
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return apply(RESHAPE, (x,), {"shape": shape}, {"shape": shape, "old_shape": x.shape})
+
+
+def _transpose(x, axes):
+    return xp.transpose(x, axes)
+
+
+TRANSPOSE = defop(
+    "transpose",
+    _transpose,
+    lambda ns, g, ans, x, axes: ns.transpose(g, backend.argsort(axes)),
+    needs=("",),
+)
+
+
+def transpose(x, *axes):
+    """Permute axes (reversed by default); ``transpose(x, 1, 0)`` or ``transpose(x, (1, 0))``."""
+    x = as_tensor(x)
+    if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+        axes = axes[0]
+    axes = tuple(range(x.ndim))[::-1] if not axes else tuple(a % x.ndim for a in axes)
+    return apply(TRANSPOSE, (x,), {"axes": axes})
+
+
+def _swapaxes(x, axis1, axis2):
+    return xp.swapaxes(x, axis1, axis2)
+
+
+SWAPAXES = defop(
+    "swapaxes",
+    _swapaxes,
+    lambda ns, g, ans, x, axis1, axis2: ns.swapaxes(g, axis1, axis2),
+    needs=("",),
+)
+
+
+def swapaxes(x, axis1, axis2):
+    return apply(SWAPAXES, (as_tensor(x),), {"axis1": axis1, "axis2": axis2})
+
+
+def _broadcast_to(x, shape):
+    return xp.broadcast_to(x, shape)
+
+
+# The tape sums the cotangent back to the input's shape (tape.unbroadcast).
+BROADCAST_TO = defop("broadcast_to", _broadcast_to, lambda ns, g, ans, x, shape: g, needs=("",))
+
+
+def broadcast_to(x, shape):
+    return apply(BROADCAST_TO, (as_tensor(x),), {"shape": tuple(shape)})
+
+
+def _slice_along(axis, start, stop):
+    return (slice(None),) * axis + (slice(start, stop),)
+
+
+def _concatenate(*arrays, axis):
+    return xp.concatenate(arrays, axis=axis)
+
+
+CONCATENATE = defop(
+    "concatenate",
+    _concatenate,
+    Variadic(
+        lambda i, ns, g, ans, *xs, axis, offsets: g[_slice_along(axis, offsets[i], offsets[i + 1])]
+    ),
+    needs=lambda n: ("",) * n,
+)
+
+
+def concatenate(tensors, axis=0):
+    """Join tensors along an existing axis."""
+    tensors = [as_tensor(t) for t in tensors]
+    if not tensors:
+        raise ValueError("concatenate: needs at least one tensor")
+    axis = axis % tensors[0].ndim
+    offsets = [0]
+    for t in tensors:
+        offsets.append(offsets[-1] + (t.shape[axis] if t.ndim > axis else 0))
+    return apply(CONCATENATE, tensors, {"axis": axis}, {"axis": axis, "offsets": tuple(offsets)})
+
+
+def _stack(*arrays, axis):
+    return xp.stack(arrays, axis=axis)
+
+
+STACK = defop(
+    "stack",
+    _stack,
+    Variadic(lambda i, ns, g, ans, *xs, axis: g[(slice(None),) * axis + (i,)]),
+    needs=lambda n: ("",) * n,
+)
+
+
+def stack(tensors, axis=0):
+    """Join tensors along a new axis."""
+    tensors = [as_tensor(t) for t in tensors]
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
+    axis = axis % (tensors[0].ndim + 1)
+    return apply(STACK, tensors, {"axis": axis})

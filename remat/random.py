@@ -1,0 +1,28 @@
+"""Random numbers that replay exactly when a step is recomputed.
+
+remat draws from one generator.  Its state is part of every snapshot a
+checkpointed loop takes, and the executor puts it back before recomputing from
+a snapshot, so a step that draws (dropout, noise injection) sees the same
+numbers every time it is evaluated: gradients stay bit-for-bit those of
+store-all.
+"""
+
+from . import backend
+from .tensor import Tensor
+
+
+def seed(n: int) -> None:
+    """Restart the generator from seed ``n``."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"rm.random.seed: n must be an integer >= 0, got {n!r}")
+    backend.seed(n)
+
+
+def uniform(low=0.0, high=1.0, size=None, dtype=backend.float64) -> Tensor:
+    """Samples from U[low, high) as a constant Tensor."""
+    return Tensor(backend.uniform(low, high, size, dtype))
+
+
+def normal(loc=0.0, scale=1.0, size=None, dtype=backend.float64) -> Tensor:
+    """Samples from N(loc, scale^2) as a constant Tensor."""
+    return Tensor(backend.normal(loc, scale, size, dtype))

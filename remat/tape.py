@@ -1,0 +1,305 @@
+"""The tape: operations recorded in execution order, and the reverse sweep.
+
+Every op that sees an input requiring a gradient leaves a :class:`Record`: the
+op, a sequence number (its place on the tape), the arrays its VJP will need,
+and links to where its inputs came from (``parents``: the record that made an
+input, or the leaf tensor itself).  Nothing else is kept: an op whose VJP does
+not need an input does not keep that input alive.
+
+Backward walks the tape in reverse: starting from the output, it always takes
+the *latest* record whose cotangent is known (a heap ordered by sequence
+number), applies the op's VJP and adds the results into its parents'
+cotangents.  By the time a record is taken, every later op that used its
+output has already been reversed, so its cotangent is complete.  Records that
+do not lead to the output are never visited, and the walk is a loop, not a
+recursion, so a chain of any length backpropagates.
+
+Each VJP is written once against a small namespace ``ns``: in an ordinary
+backward ``ns`` is the array module and the VJP runs on raw arrays (nothing is
+recorded, so a backward costs little more than hand-written NumPy); when the
+backward itself is to be differentiated (``rm.grad`` of ``rm.grad``) ``ns`` is
+remat's own op namespace, the arguments are Tensors, and the VJP is recorded
+like any other computation.
+
+Tapes: ``with rm.Tape() as tape:`` lists every record made inside it, so that
+``print(tape)`` shows the computation.  Outside any ``with``, records go to the
+default tape, which keeps no list: a record lives exactly as long as a tensor
+that can still reach it, so computations never differentiated do not pile up.
+"""
+
+from __future__ import annotations
+
+import heapq
+from itertools import count
+
+from . import backend
+
+_sequence = count()
+
+
+def next_sequence() -> int:
+    """Take a sequence number: every record made after this call has a larger one."""
+    return next(_sequence)
+
+
+class _State:
+    """Global recording switches: is recording on, and which tape is open."""
+
+    __slots__ = ("grad_enabled", "tape")
+
+    def __init__(self):
+        self.grad_enabled = True
+        self.tape = None
+
+
+STATE = _State()
+
+
+class Record:
+    """One op on the tape, holding what its VJP needs and nothing more."""
+
+    __slots__ = ("op", "seq", "parents", "args", "ans", "kwargs", "shape", "ct")
+
+    def __init__(self, op, parents, args, ans, kwargs, shape):
+        self.op = op
+        self.seq = next(_sequence)
+        self.parents = parents  # per input: None, a Record, or a leaf Tensor
+        self.args = args  # per input: the saved array / constant, or None
+        self.ans = ans  # the output array if the VJP needs it, else None
+        self.kwargs = kwargs
+        self.shape = shape
+        self.ct = None  # the cotangent, filled in during backward
+        tape = STATE.tape
+        if tape is not None:
+            tape.records.append(self)
+
+    @property
+    def freed(self) -> bool:
+        return self.parents is None
+
+    def saved_bytes(self) -> int:
+        if self.parents is None:
+            return 0
+        return sum(backend.nbytes(a) for a in self.args) + backend.nbytes(self.ans)
+
+    def release(self) -> None:
+        self.parents = self.args = self.ans = None
+
+    def __repr__(self):
+        return f"<Record #{self.seq} {self.op.name} {self.shape}>"
+
+
+class no_grad:
+    """Context manager (and decorator-free switch) inside which nothing is recorded."""
+
+    def __enter__(self):
+        self._was = STATE.grad_enabled
+        STATE.grad_enabled = False
+        return self
+
+    def __exit__(self, *exc):
+        STATE.grad_enabled = self._was
+        return False
+
+
+class enable_grad(no_grad):
+    """Context manager that turns recording back on (used inside no_grad)."""
+
+    def __enter__(self):
+        self._was = STATE.grad_enabled
+        STATE.grad_enabled = True
+        return self
+
+
+class Tape:
+    """A recording context: ``with rm.Tape() as tape:`` lists what happens inside.
+
+    With ``snapshots`` or ``schedule`` it also carries a snapshot budget for
+    :meth:`loop` (see :mod:`remat.loop`): ``Tape(snapshots=s)`` reverses loops
+    with the binomial revolve schedule keeping at most ``s`` states.
+    """
+
+    def __init__(self, snapshots=None, schedule=None):
+        from .loop import resolve_policy  # the loop layer sits above the tape
+
+        self.records = []
+        self.policy = resolve_policy(snapshots, schedule)
+        self.snapshots = snapshots
+        self.schedule = schedule
+        self.loops = []
+        self._outer = []
+
+    def __enter__(self):
+        self._outer.append(STATE.tape)
+        STATE.tape = self
+        return self
+
+    def __exit__(self, *exc):
+        STATE.tape = self._outer.pop()
+        return False
+
+    def loop(self, step, state, steps=None, until=None, max_steps=None):
+        """Run ``state = step(state)`` under this tape's snapshot budget.
+
+        See :func:`remat.loop.run_loop` for the full contract.
+        """
+        from .loop import run_loop
+
+        return run_loop(self, step, state, steps=steps, until=until, max_steps=max_steps)
+
+    @property
+    def stats(self):
+        """Counts of the loops run on this tape (see :class:`remat.loop.LoopStats`)."""
+        from .loop import LoopStats
+
+        return LoopStats.combine([loop.stats for loop in self.loops])
+
+    def saved_bytes(self) -> int:
+        """Bytes that the records on this tape hold for backward right now."""
+        return sum(record.saved_bytes() for record in self.records)
+
+    def __len__(self):
+        return len(self.records)
+
+    def __str__(self):
+        lines = [f"Tape: {len(self.records)} records, {self.saved_bytes()} bytes saved"]
+        for record in self.records:
+            saved = "freed" if record.freed else f"{record.saved_bytes()} B saved"
+            shape = "x".join(map(str, record.shape)) or "scalar"
+            lines.append(f"  #{record.seq:<6} {record.op.name:<14} {shape:<14} {saved}")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return f"<Tape {len(self.records)} records, policy={self.policy!r}>"
+
+
+# --- the reverse sweep ------------------------------------------------------
+
+
+class BackwardError(RuntimeError):
+    """Backward cannot run: a graph already freed, or a gradient of bad shape."""
+
+
+def _freed_error(record):
+    return BackwardError(
+        f"backward through `{record.op.name}` (output shape {record.shape}) a second time: "
+        "its saved arrays were freed by the first backward. Pass retain_graph=True to the "
+        "first backward() if you need to backpropagate through the same graph twice."
+    )
+
+
+def unbroadcast(ns, g, shape):
+    """Sum a cotangent over the axes that broadcasting added or stretched."""
+    extra = g.ndim - len(shape)
+    axes = tuple(range(extra)) + tuple(
+        i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1
+    )
+    if axes:
+        g = ns.sum(g, axis=axes, keepdims=True)
+    return ns.reshape(g, shape)
+
+
+class Sweep:
+    """One reverse sweep: a heap of records waiting, and the leaves' gradients.
+
+    ``ns`` is the namespace VJPs compute with (the array module, or remat's
+    ops when ``create_graph``).  ``leaf_grads`` maps id(leaf) -> [leaf, grad].
+    """
+
+    def __init__(self, ns, retain_graph=False, create_graph=False):
+        self.ns = ns
+        self.create_graph = create_graph
+        self.retain_graph = retain_graph or create_graph
+        self.heap = []
+        self.leaf_grads = {}
+        self.floor = 0  # records below this sequence number belong to an outer sweep
+
+    def add(self, node, g):
+        """Add cotangent ``g`` to ``node`` (a Record, or a leaf Tensor)."""
+        if type(node) is Record:
+            ct = node.ct
+            if ct is None:
+                node.ct = g
+                heapq.heappush(self.heap, (-node.seq, node))
+            else:
+                node.ct = ct + g
+        else:
+            entry = self.leaf_grads.get(id(node))
+            if entry is None:
+                self.leaf_grads[id(node)] = [node, g]
+            else:
+                entry[1] = entry[1] + g
+
+    def run(self):
+        heap, ns, push, pop = self.heap, self.ns, heapq.heappush, heapq.heappop
+        graph, retain, floor = self.create_graph, self.retain_graph, self.floor
+        while heap:
+            record = pop(heap)[1]
+            g = record.ct
+            record.ct = None
+            parents = record.parents
+            if parents is None:
+                raise _freed_error(record)
+            op = record.op
+            if op.custom_backward is not None:
+                op.custom_backward(record, g, self)
+                continue
+            if graph:
+                args, ans = _as_tensors(record)
+            else:
+                args, ans = record.args, record.ans
+            kw = record.kwargs
+            vjps = op.vjps
+            i = -1
+            for node in parents:
+                i += 1
+                if node is None:
+                    continue
+                gi = vjps[i](ns, g, ans, *args, **kw) if kw else vjps[i](ns, g, ans, *args)
+                if gi.shape != node.shape:
+                    gi = unbroadcast(ns, gi, node.shape)
+                if type(node) is Record and node.seq >= floor:  # self.add, inlined
+                    ct = node.ct
+                    if ct is None:
+                        node.ct = gi
+                        push(heap, (-node.seq, node))
+                    else:
+                        node.ct = ct + gi
+                else:
+                    self.add(node, gi)
+            g = gi = None  # let this cotangent go before the next record is reversed
+            if not retain:
+                record.parents = record.args = record.ans = None
+
+
+def _as_tensors(record):
+    """The record's saved values as Tensors linked to their records (for create_graph)."""
+    from .tensor import Tensor
+
+    args = tuple(
+        a
+        if node is None or a is None
+        else (Tensor._from_record(a, node) if type(node) is Record else node)
+        for a, node in zip(record.args, record.parents)
+    )
+    ans = None if record.ans is None else Tensor._from_record(record.ans, record)
+    return args, ans
+
+
+def backward(roots, cotangents, retain_graph=False, create_graph=False):
+    """Run a reverse sweep from ``roots`` seeded with ``cotangents``.
+
+    Returns ``leaf_grads``: id(leaf) -> [leaf, gradient] for every leaf reached.
+    """
+    if create_graph:
+        from .ops import TENSOR_NAMESPACE as ns
+    else:
+        ns = backend.vjp_namespace(roots[0].data)
+    sweep = Sweep(ns, retain_graph=retain_graph, create_graph=create_graph)
+    for root, ct in zip(roots, cotangents):
+        if root.record is not None:
+            sweep.add(root.record, ct)
+        elif root.requires_grad:
+            sweep.add(root, ct)
+    sweep.run()
+    return sweep.leaf_grads
