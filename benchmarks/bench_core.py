@@ -105,17 +105,17 @@ def bench_chain(repeats):
         assert np.allclose(fn(x0), want), f"{name} computed a different gradient"
     times = side_by_side({k: (lambda f=f: f(x0)) for k, f in contenders.items()}, repeats)
     base = times["numpy (hand-written backward)"]
-    rows = [
-        (name, f"{t / N_OPS * 1e6:.2f}", f"{t / base:.2f}x") for name, t in times.items()
-    ]
+    rows = [(name, f"{t / N_OPS * 1e6:.2f}", f"{t / base:.2f}x") for name, t in times.items()]
     return table(["contender", "us per op (fwd+bwd)", "vs hand-written"], rows), times
 
 
 # --- 2. the MLP -----------------------------------------------------------------
 def mlp_params(width, layers, seed=0):
     rng = np.random.default_rng(seed)
-    ws = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
-          for _ in range(layers)]
+    ws = [
+        (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        for _ in range(layers)
+    ]
     bs = [np.zeros(width, np.float32) for _ in range(layers)]
     return ws, bs
 
@@ -133,12 +133,10 @@ def mlp_numpy(x, ws, bs):
         grads = []
         for layer in reversed(range(len(ws))):
             a = acts.pop()
-            gz = g * (1 - a * a)
-            del a, g
-            h = acts[-1]
-            grads.append((h.T @ gz, gz.sum(0)))
-            g = gz @ ws[layer].T if layer else None
-            del gz, h
+            g = g * (1 - a * a)  # now the cotangent of the pre-activation
+            del a
+            grads.append((acts[-1].T @ g, g.sum(0)))
+            g = g @ ws[layer].T if layer else None
         return grads[::-1]
 
     return run
@@ -237,8 +235,11 @@ def bench_mlp(repeats, batch=256, width=1024, layers=4):
     base = times["numpy (hand-written backward)"]
     rows = []
     for name, t in times.items():
-        peak = "n/a (not NumPy)" if name.startswith("torch") else \
-            f"{traced_peak(runs[name]) / 2**20:.1f}"
+        peak = (
+            "n/a (not NumPy)"
+            if name.startswith("torch")
+            else f"{traced_peak(runs[name]) / 2**20:.1f}"
+        )
         rows.append((name, f"{t * 1e3:.1f}", f"{t / base:.2f}x", peak))
     headers = ["contender", "ms (fwd+bwd)", "vs hand-written", "peak MiB above parameters"]
     return table(headers, rows), times
@@ -246,8 +247,12 @@ def bench_mlp(repeats, batch=256, width=1024, layers=4):
 
 def run(quick=False):
     repeats = 3 if quick else 15
-    out = ["## Engine overhead (`python -m benchmarks core`)", "", environment(
-        ("numpy", "remat", "torch", "autograd", "mygrad")), ""]
+    out = [
+        "## Engine overhead (`python -m benchmarks core`)",
+        "",
+        environment(("numpy", "remat", "torch", "autograd", "mygrad")),
+        "",
+    ]
     text, _ = bench_chain(repeats)
     out += [f"### 1. Chain of {N_OPS} small ops (16 float64), forward + backward", "", text, ""]
     text, _ = bench_mlp(repeats, batch=32 if quick else 256, width=128 if quick else 1024)

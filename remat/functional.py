@@ -64,7 +64,7 @@ def value_and_grad(f, argnums=0):
             grads = {id(leaf): [leaf, g] for leaf, g in own_gradients(grads, seed)}
         results = []
         for t in targets:
-            entry = grads.get(id(t))
+            entry = grads.get(id(t.node))
             if entry is None:  # f does not depend on this input
                 zero = backend.zeros(t.shape, t.dtype, like=t.data)
                 results.append(Tensor(zero) if nested else zero)

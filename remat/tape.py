@@ -3,7 +3,7 @@
 Every op that sees an input requiring a gradient leaves a :class:`Record`: the
 op, a sequence number (its place on the tape), the arrays its VJP will need,
 and links to where its inputs came from (``parents``: the record that made an
-input, or the leaf tensor itself).  Nothing else is kept: an op whose VJP does
+input, or the :class:`Leaf` of a leaf tensor).  Nothing else is kept: an op whose VJP does
 not need an input does not keep that input alive.
 
 Backward walks the tape in reverse: starting from the output, it always takes
@@ -30,6 +30,7 @@ that can still reach it, so computations never differentiated do not pile up.
 from __future__ import annotations
 
 import heapq
+import weakref
 from itertools import count
 
 from . import backend
@@ -63,7 +64,7 @@ class Record:
     def __init__(self, op, parents, args, ans, kwargs, shape):
         self.op = op
         self.seq = next(_sequence)
-        self.parents = parents  # per input: None, a Record, or a leaf Tensor
+        self.parents = parents  # per input: None, a Record, or a Leaf
         self.args = args  # per input: the saved array / constant, or None
         self.ans = ans  # the output array if the VJP needs it, else None
         self.kwargs = kwargs
@@ -87,6 +88,23 @@ class Record:
 
     def __repr__(self):
         return f"<Record #{self.seq} {self.op.name} {self.shape}>"
+
+
+class Leaf:
+    """Where a leaf tensor's gradient goes: the tensor (held weakly) and its shape.
+
+    A leaf tensor's ``node`` is its Leaf.  The link back is weak, so a leaf
+    and its node form no reference cycle: dropping the tensor frees it at once.
+    """
+
+    __slots__ = ("tensor", "shape")
+
+    def __init__(self, tensor):
+        self.tensor = weakref.ref(tensor)
+        self.shape = tensor.data.shape
+
+    def __repr__(self):
+        return f"<Leaf {self.shape}>"
 
 
 class no_grad:
@@ -203,7 +221,9 @@ class Sweep:
     """One reverse sweep: a heap of records waiting, and the leaves' gradients.
 
     ``ns`` is the namespace VJPs compute with (the array module, or remat's
-    ops when ``create_graph``).  ``leaf_grads`` maps id(leaf) -> [leaf, grad].
+    ops when ``create_graph``).  ``leaf_grads`` maps id(leaf) -> [leaf, grad,
+    owned] for each :class:`Leaf` reached; ``owned`` says the sweep made
+    ``grad`` itself and may add into it.
     """
 
     def __init__(self, ns, retain_graph=False, create_graph=False):
@@ -215,7 +235,7 @@ class Sweep:
         self.floor = 0  # records below this sequence number belong to an outer sweep
 
     def add(self, node, g):
-        """Add cotangent ``g`` to ``node`` (a Record, or a leaf Tensor)."""
+        """Add cotangent ``g`` to ``node`` (a Record, or a Leaf)."""
         if type(node) is Record:
             ct = node.ct
             if ct is None:
@@ -226,9 +246,12 @@ class Sweep:
         else:
             entry = self.leaf_grads.get(id(node))
             if entry is None:
-                self.leaf_grads[id(node)] = [node, g]
+                self.leaf_grads[id(node)] = [node, g, False]
+            elif entry[2]:  # a sum this sweep made: add in place, no new array
+                entry[1] += g
             else:
                 entry[1] = entry[1] + g
+                entry[2] = not self.create_graph
 
     def run(self):
         heap, ns, push, pop = self.heap, self.ns, heapq.heappush, heapq.heappop
@@ -273,13 +296,11 @@ class Sweep:
 
 
 def _as_tensors(record):
-    """The record's saved values as Tensors linked to their records (for create_graph)."""
+    """The record's saved values as Tensors linked to their nodes (for create_graph)."""
     from .tensor import Tensor
 
     args = tuple(
-        a
-        if node is None or a is None
-        else (Tensor._from_record(a, node) if type(node) is Record else node)
+        a if node is None or a is None else Tensor._from_record(a, node)
         for a, node in zip(record.args, record.parents)
     )
     ans = None if record.ans is None else Tensor._from_record(record.ans, record)
@@ -289,7 +310,7 @@ def _as_tensors(record):
 def backward(roots, cotangents, retain_graph=False, create_graph=False):
     """Run a reverse sweep from ``roots`` seeded with ``cotangents``.
 
-    Returns ``leaf_grads``: id(leaf) -> [leaf, gradient] for every leaf reached.
+    Returns ``leaf_grads``: id(leaf) -> [leaf, gradient, owned] for every leaf reached.
     """
     if create_graph:
         from .ops import TENSOR_NAMESPACE as ns
@@ -297,9 +318,7 @@ def backward(roots, cotangents, retain_graph=False, create_graph=False):
         ns = backend.vjp_namespace(roots[0].data)
     sweep = Sweep(ns, retain_graph=retain_graph, create_graph=create_graph)
     for root, ct in zip(roots, cotangents):
-        if root.record is not None:
-            sweep.add(root.record, ct)
-        elif root.requires_grad:
-            sweep.add(root, ct)
+        if root.node is not None:
+            sweep.add(root.node, ct)
     sweep.run()
     return sweep.leaf_grads

@@ -3,7 +3,7 @@
 A Tensor holds its value in ``data`` (a backend array) and one link, ``node``:
 
 * ``None`` for a constant (no gradient wanted);
-* the tensor itself for a *leaf* created with ``requires_grad=True``;
+* a :class:`~remat.tape.Leaf` for a *leaf* created with ``requires_grad=True``;
 * the :class:`~remat.tape.Record` of the op that produced it otherwise.
 
 Arithmetic operators and methods such as ``.sum()`` are the ops of
@@ -13,7 +13,7 @@ Arithmetic operators and methods such as ``.sum()`` are the ops of
 from __future__ import annotations
 
 from . import backend
-from .tape import BackwardError, Record, backward
+from .tape import BackwardError, Leaf, Record, backward
 
 
 class Tensor:
@@ -26,15 +26,15 @@ class Tensor:
     def __init__(self, data, requires_grad=False):
         self.data = data
         self.grad = None
-        self.node = self if requires_grad else None
+        self.node = Leaf(self) if requires_grad else None
 
     @classmethod
-    def _from_record(cls, data, record):
-        """The output of a recorded op (used by the ops; not for users)."""
+    def _from_record(cls, data, node):
+        """A tensor on an existing node: an op's output (for the ops; not for users)."""
         t = cls.__new__(cls)
         t.data = data
         t.grad = None
-        t.node = record
+        t.node = node
         return t
 
     # --- what it is ------------------------------------------------------------
@@ -51,7 +51,7 @@ class Tensor:
             )
         if flag:
             _check_differentiable_dtype(self.data.dtype)
-        self.node = self if flag else None
+        self.node = Leaf(self) if flag else None
 
     @property
     def record(self):
@@ -97,7 +97,9 @@ class Tensor:
             seed = seed.astype(self.dtype, copy=False)
         leaf_grads = backward([self], [seed], retain_graph=retain_graph)
         for leaf, g in own_gradients(leaf_grads, seed):
-            leaf.grad = g if leaf.grad is None else leaf.grad + g
+            tensor = leaf.tensor()
+            if tensor is not None:  # else nobody can read this gradient any more
+                tensor.grad = g if tensor.grad is None else tensor.grad + g
 
     def detach(self) -> "Tensor":
         """The same values, cut from the tape (a constant sharing the array)."""
@@ -141,7 +143,7 @@ def own_gradients(leaf_grads, seed):
     otherwise share one array, or share the caller's seed.
     """
     seen = set()
-    for leaf, g in leaf_grads.values():
+    for leaf, g, _ in leaf_grads.values():
         if g is seed or id(g) in seen or not backend.is_owned(g):
             g = backend.copy(g)
         seen.add(id(g))

@@ -1,0 +1,563 @@
+"""The executor: one loop, reversed under a snapshot budget by following a schedule.
+
+``tape.loop(step, state, steps=n)`` evaluates ``state = step(state)`` n times.
+What it keeps is decided by a schedule from :mod:`remat.schedules`, an
+iterator of actions that this module carries out one by one and never second-
+guesses:
+
+* ``Advance(a, b)``: run steps a..b-1 without recording (``no_grad``);
+* ``Tape(a, b)``: run steps a..b-1 recording each on a small tape of its own;
+* ``Snapshot / Restore / Free``: keep, reload or drop the state in a slot;
+* ``Reverse(a, b)``: backpropagate through the taped steps b-1..a;
+* ``Discard(a, b)``: drop step tapes unreversed (online checkpointing);
+* ``EndForward``: the forward sweep is over; the rest runs in ``backward``.
+
+The loop appears on the outer tape as one record.  Its backward runs the rest
+of the schedule: each step's cotangent flows through that step's own records;
+cotangents for tensors the step closed over (parameters) go straight into the
+outer sweep, so their gradients accumulate exactly as without checkpointing.
+
+A state is the step's value (one Tensor or a tuple) plus the random-number
+generator's state, so a step that draws random numbers replays them exactly
+when it is recomputed.  Everything is counted as it happens: ``stats`` reports
+step evaluations, snapshots and the bytes held.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import backend, schedules
+from .ops.core import Op
+from .tape import STATE, BackwardError, Record, Sweep, Tape, enable_grad, next_sequence, no_grad
+from .tensor import Tensor
+
+SCHEDULE_NAMES = ("store_all", "sqrt", "periodic", "revolve", "online")
+
+
+class LoopError(RuntimeError):
+    """A checkpointed loop could not run: a bad step, or a step that failed."""
+
+
+# --- choosing the schedule --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a Tape's loops are reversed with: a schedule name or object, and a budget."""
+
+    schedule: object  # one of SCHEDULE_NAMES, or a schedule object
+    snapshots: int | None
+
+    def offline(self, steps):
+        if not isinstance(self.schedule, str):
+            if getattr(self.schedule, "steps", None) != steps:
+                raise ValueError(
+                    f"tape.loop(steps={steps}): the tape's schedule {self.schedule!r} is for "
+                    f"{getattr(self.schedule, 'steps', None)} steps"
+                )
+            return self.schedule
+        if self.schedule == "online":
+            raise ValueError("schedule='online' is for loops of unknown length: pass until=")
+        return schedules.make_schedule(self.schedule, steps=steps, snapshots=self.snapshots)
+
+    def online(self):
+        if isinstance(self.schedule, schedules.Online):
+            return self.schedule
+        if self.snapshots is None:
+            raise ValueError(
+                "tape.loop(until=...) reverses a loop of unknown length with online "
+                "checkpointing, which needs a budget: use rm.Tape(snapshots=s)"
+            )
+        return schedules.Online(snapshots=self.snapshots)
+
+
+def resolve_policy(snapshots, schedule):
+    """The Policy for ``rm.Tape(snapshots, schedule)``, with clear errors."""
+    if snapshots is not None and (
+        isinstance(snapshots, bool) or not isinstance(snapshots, int) or snapshots < 1
+    ):
+        raise ValueError(f"Tape: snapshots must be an integer >= 1, got {snapshots!r}")
+    if schedule is None:
+        return Policy("revolve" if snapshots is not None else "store_all", snapshots)
+    if isinstance(schedule, str):
+        if schedule not in SCHEDULE_NAMES:
+            raise ValueError(
+                f"Tape: unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULE_NAMES)} "
+                "or pass a schedule object from remat.schedules"
+            )
+        if schedule in ("revolve", "online") and snapshots is None:
+            raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
+        return Policy(schedule, snapshots)
+    if not hasattr(schedule, "__iter__"):
+        raise ValueError(f"Tape: schedule must be a name or a schedule object, got {schedule!r}")
+    return Policy(schedule, snapshots if snapshots is not None else schedule.snapshots)
+
+
+# --- counting -------------------------------------------------------------------
+
+
+@dataclass
+class LoopStats:
+    """What one loop (or all loops of a tape, added up) did, counted as it ran."""
+
+    steps: int = 0
+    forward_steps: int = 0
+    peak_snapshots: int = 0
+    peak_bytes: int = 0
+    schedule: str = ""
+
+    @property
+    def recomputed_steps(self) -> int:
+        return self.forward_steps - self.steps
+
+    @classmethod
+    def combine(cls, stats):
+        stats = list(stats)
+        return cls(
+            steps=sum(s.steps for s in stats),
+            forward_steps=sum(s.forward_steps for s in stats),
+            peak_snapshots=max((s.peak_snapshots for s in stats), default=0),
+            peak_bytes=max((s.peak_bytes for s in stats), default=0),
+            schedule=", ".join(s.schedule for s in stats),
+        )
+
+    def __str__(self):
+        factor = self.forward_steps / self.steps if self.steps else 0.0
+        return (
+            f"{self.schedule or 'no loop'}: {self.steps} steps, {self.forward_steps} step "
+            f"evaluations ({self.recomputed_steps} recomputed, {factor:.2f}x), "
+            f"peak {self.peak_snapshots} snapshots, peak {self.peak_bytes / 2**20:.3f} MiB held"
+        )
+
+
+class Holdings:
+    """Bytes held by the loop right now, each array counted once however often held."""
+
+    def __init__(self):
+        self.count = {}  # id(array) -> [array, holders]
+        self.bytes = 0
+        self.peak = 0
+
+    def hold(self, arrays):
+        for a in arrays:
+            entry = self.count.get(id(a))
+            if entry is None:
+                self.count[id(a)] = [a, 1]
+                self.bytes += backend.nbytes(a)
+            else:
+                entry[1] += 1
+        if self.bytes > self.peak:
+            self.peak = self.bytes
+
+    def release(self, arrays):
+        for a in arrays:
+            entry = self.count[id(a)]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.count[id(a)]
+                self.bytes -= backend.nbytes(a)
+
+
+# --- one step, taped or not -------------------------------------------------------
+
+
+class StepTape:
+    """The recording of one step: its input leaves, its outputs, and what it saved."""
+
+    __slots__ = ("index", "inputs", "outputs", "floor", "saved")
+
+    def __init__(self, index, inputs, outputs, floor, saved):
+        self.index = index
+        self.inputs = inputs  # leaf Tensors standing for x_i
+        self.outputs = outputs  # Tensors of x_{i+1}, whose records lead back to inputs
+        self.floor = floor  # first sequence number recorded by this step
+        self.saved = saved  # the arrays its records hold (for byte accounting)
+
+
+class StepSweep(Sweep):
+    """Backpropagate through one step tape inside an outer sweep.
+
+    Records the step made are reversed here; cotangents for the step's input
+    leaves are collected (they are the cotangent of the previous state); any
+    other tensor (a parameter, or a value made before the loop) is handed to
+    the outer sweep, which finishes its gradient.
+    """
+
+    def __init__(self, outer, step_tape):
+        super().__init__(outer.ns)
+        self.outer = outer
+        self.floor = step_tape.floor
+        self.input_ids = {id(t.node): k for k, t in enumerate(step_tape.inputs)}
+        self.input_grads = [None] * len(step_tape.inputs)
+
+    def add(self, node, g):
+        if type(node) is Record and node.seq >= self.floor:
+            super().add(node, g)
+            return
+        k = self.input_ids.get(id(node))
+        if k is None:
+            self.outer.add(node, g)
+        elif self.input_grads[k] is None:
+            self.input_grads[k] = g
+        else:
+            self.input_grads[k] = self.input_grads[k] + g
+
+
+class StateCotangent:
+    """Cotangents of a loop's output state, one slot per component (None = zero)."""
+
+    __slots__ = ("parts", "shape")
+
+    def __init__(self, parts, shape):
+        self.parts = parts
+        self.shape = shape
+
+    def __add__(self, other):
+        parts = [
+            b if a is None else a if b is None else a + b for a, b in zip(self.parts, other.parts)
+        ]
+        return StateCotangent(parts, self.shape)
+
+
+def _select_vjp(ns, g, ans, run, index):
+    parts = [None] * run.width
+    parts[index] = g
+    return StateCotangent(parts, run.record_shape)
+
+
+# Loop outputs: one `loop_output` record per state component, each pointing at
+# the loop's record, so a tuple state fits a tape of single-output records.
+SELECT = Op("loop_output", None, (_select_vjp,), ("",))
+
+
+def _loop_backward(record, g, sweep):
+    run = record.args[0]
+    record.release()
+    run.backward(g, sweep)
+
+
+LOOP = Op("loop", None, (), None, custom_backward=_loop_backward)
+
+
+# --- the executor ---------------------------------------------------------------
+
+
+class LoopRun:
+    """One execution of ``tape.loop``: the schedule's actions, carried out."""
+
+    def __init__(self, tape, step, schedule, x0, structure, until=None, max_steps=None):
+        self.tape = tape
+        self.step = step
+        self.schedule = schedule
+        self.actions = iter(schedule)
+        self.structure = structure  # "tensor" or the tuple's length
+        self.width = len(x0)
+        self.shapes = tuple(a.shape for a in x0)
+        self.dtypes = tuple(a.dtype for a in x0)
+        self.record_shape = self.shapes if self.width > 1 else self.shapes[0]
+        self.until = until
+        self.max_steps = max_steps
+        self.online_forward = until is not None  # until the loop's end is known
+        self.position = 0
+        self.current = (x0, backend.random_state())  # (arrays, rng state) of x_position
+        self.slots = {}  # (level, slot) -> (step, arrays, rng state)
+        self.tapes = {}  # step index -> StepTape
+        self.held = Holdings()
+        self.cotangent = None  # of x_position during the reverse sweep
+        self.uses_parameters = False  # does a taped step reach a tensor needing a gradient?
+        self.stats = LoopStats(schedule=_schedule_name(schedule))
+        self.handlers = {
+            schedules.Advance: self.advance,
+            schedules.Tape: self.tape_steps,
+            schedules.Reverse: self.reverse,
+            schedules.Discard: self.discard,
+            schedules.Snapshot: self.snapshot,
+            schedules.Restore: self.restore,
+            schedules.Free: self.free,
+        }
+
+    # -- evaluating steps --
+    def call_step(self, i, arrays, taped):
+        """Evaluate step i on ``arrays``; returns (output arrays, input leaves, outputs)."""
+        if taped:
+            inputs = tuple(Tensor(a, requires_grad=backend.is_floating(a.dtype)) for a in arrays)
+        else:
+            inputs = tuple(Tensor(a) for a in arrays)
+        state = inputs[0] if self.structure == "tensor" else inputs
+        self.stats.forward_steps += 1
+        out = self.step(state)
+        outputs = self.check_output(i, out)
+        return tuple(t.data for t in outputs), inputs, outputs
+
+    def check_output(self, i, out):
+        if self.structure == "tensor":
+            if not isinstance(out, Tensor):
+                raise LoopError(
+                    f"tape.loop: step {i} returned {type(out).__name__}; the state is one Tensor, "
+                    "so the step must return one Tensor"
+                )
+            out = (out,)
+        elif not (isinstance(out, tuple) and len(out) == self.width):
+            got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+            raise LoopError(
+                f"tape.loop: step {i} returned {got}; the state is a tuple of {self.width} "
+                "Tensors, so the step must return a tuple of the same length"
+            )
+        for k, (t, shape, dtype) in enumerate(zip(out, self.shapes, self.dtypes)):
+            if not isinstance(t, Tensor):
+                raise LoopError(
+                    f"tape.loop: step {i} returned {type(t).__name__} for state component {k}; "
+                    "expected a Tensor"
+                )
+            if t.shape != shape or t.dtype != dtype:
+                raise LoopError(
+                    f"tape.loop: step {i} returned shape {t.shape} dtype {t.dtype} for state "
+                    f"component {k}, but the state has shape {shape} dtype {dtype}; a step must "
+                    "return a state of the same structure, shapes and dtypes"
+                )
+        return out
+
+    def expect_position(self, action, index):
+        if self.position != index:
+            raise LoopError(
+                f"schedule {self.schedule!r} asked for {action} while the current state is "
+                f"x_{self.position}: this schedule is invalid (remat.schedules.simulate "
+                "names the broken rule)"
+            )
+
+    # -- the actions --
+    def advance(self, action):
+        self.expect_position(action, action.start)
+        arrays, rng = self.current
+        backend.set_random_state(rng)
+        with no_grad():
+            for i in range(action.start, action.stop):
+                arrays = self.call_step(i, arrays, taped=False)[0]
+        self.current = (arrays, backend.random_state())
+        self.position = action.stop
+
+    def tape_steps(self, action):
+        self.expect_position(action, action.start)
+        arrays, rng = self.current
+        backend.set_random_state(rng)
+        for i in range(action.start, action.stop):
+            recorder = Tape()
+            floor = next_sequence()
+            with recorder, enable_grad():
+                arrays, inputs, outputs = self.call_step(i, arrays, taped=True)
+            saved, external = _scan_step(recorder.records, floor, inputs)
+            self.uses_parameters = self.uses_parameters or external
+            self.tapes[i] = StepTape(i, inputs, outputs, floor, saved)
+            self.held.hold(saved)
+            if self.online_forward and self.stop_online(i + 1, arrays):
+                break
+        self.current = (arrays, backend.random_state())
+        self.position = i + 1
+
+    def stop_online(self, n, arrays):
+        """After an online step: tell the schedule if the loop has ended at x_n."""
+        with no_grad():
+            inputs = tuple(Tensor(a) for a in arrays)
+            done = bool(self.until(inputs[0] if self.structure == "tensor" else inputs))
+        if done or (self.max_steps is not None and n >= self.max_steps):
+            self.actions.finish(n)
+            self.stats.steps = n
+            self.online_forward = False
+            return True
+        return False
+
+    def discard(self, action):
+        for i in range(action.start, action.stop):
+            self.held.release(self.tapes.pop(i).saved)
+
+    def snapshot(self, action):
+        self.expect_position(action, action.step)
+        key = (action.level, action.slot)
+        if key in self.slots:
+            self.held.release(self.slots[key][1])
+        arrays, rng = self.current
+        self.slots[key] = (action.step, arrays, rng)
+        self.held.hold(arrays)
+        self.stats.peak_snapshots = max(self.stats.peak_snapshots, len(self.slots))
+
+    def restore(self, action):
+        step, arrays, rng = self.slots[(action.level, action.slot)]
+        if step != action.step:
+            raise LoopError(f"schedule asked for {action} but that slot holds x_{step}")
+        self.current = (arrays, rng)
+        self.position = step
+
+    def free(self, action):
+        _, arrays, _ = self.slots.pop((action.level, action.slot))
+        self.held.release(arrays)
+
+    def reverse(self, action):
+        for i in range(action.stop - 1, action.start - 1, -1):
+            step_tape = self.tapes.pop(i)
+            sweep = StepSweep(self.outer_sweep, step_tape)
+            for t, g in zip(step_tape.outputs, self.cotangent):
+                if t.node is not None:
+                    sweep.add(t.node, g)
+            sweep.run()
+            self.cotangent = [
+                g if g is not None else backend.zeros(t.shape, t.dtype, like=t.data)
+                for g, t in zip(sweep.input_grads, step_tape.inputs)
+            ]
+            self.held.release(step_tape.saved)
+        self.position = None
+
+    # -- the two sweeps --
+    def run_forward(self):
+        """Carry out the schedule up to EndForward; return the final state's arrays."""
+        for action in self.actions:
+            if type(action) is schedules.EndForward:
+                break
+            self.handlers[type(action)](action)
+        else:
+            raise LoopError(f"schedule {self.schedule!r} ended before EndForward")
+        if self.until is None:
+            self.stats.steps = self.position
+        self.stats.peak_bytes = self.held.peak
+        return self.current[0]
+
+    def backward(self, cotangent, sweep):
+        """Carry out the rest of the schedule, from the output's cotangent back to x_0."""
+        if sweep.create_graph or sweep.retain_graph:
+            self.release()
+            raise BackwardError(
+                "a checkpointed tape.loop can be reversed once and not differentiated twice: "
+                "its snapshots are released by the first backward (retain_graph and nested "
+                "rm.grad are not supported through a loop yet)"
+            )
+        self.outer_sweep = sweep
+        self.cotangent = [
+            g if g is not None else backend.zeros(s, d, like=self.current[0][k])
+            for k, (g, s, d) in enumerate(zip(cotangent.parts, self.shapes, self.dtypes))
+        ]
+        rng_after_forward = backend.random_state()
+        try:
+            for action in self.actions:
+                if type(action) is schedules.End:
+                    break
+                try:
+                    self.handlers[type(action)](action)
+                except LoopError:
+                    raise
+                except Exception as error:
+                    raise LoopError(
+                        f"tape.loop: step {self.failing_step(action)} raised "
+                        f"{type(error).__name__} while being recomputed in backward "
+                        f"({action}): {error}"
+                    ) from error
+            for k, node in enumerate(self.x0_nodes):
+                if node is not None:
+                    sweep.add(node, self.cotangent[k])
+        finally:
+            backend.set_random_state(rng_after_forward)
+            self.release()
+
+    def failing_step(self, action):
+        return self.position if self.position is not None else getattr(action, "start", "?")
+
+    def release(self):
+        """Drop every snapshot and step tape (after backward, or on an error)."""
+        self.stats.peak_bytes = max(self.stats.peak_bytes, self.held.peak)
+        self.slots.clear()
+        self.tapes.clear()
+        self.held = Holdings()
+        self.current = (None, None)
+        self.outer_sweep = None
+
+
+def _schedule_name(schedule):
+    return type(schedule).__name__
+
+
+def _scan_step(records, floor, inputs):
+    """What a step's records hold, and whether they reach anything outside the step.
+
+    Returns (saved, external): the arrays the records saved from the step's own
+    values (made by the step, or its input state; parameters are not the
+    loop's to count), and whether any input of a record is a tensor from
+    outside the step that needs a gradient (a parameter).
+    """
+    input_ids = {id(t.node) for t in inputs}
+    saved, external = [], False
+    for record in records:
+        for a, node in zip(record.args, record.parents):
+            inside = node is None or (
+                node.seq >= floor if type(node) is Record else id(node) in input_ids
+            )
+            external = external or not inside
+            if inside and a is not None and backend.is_array(a):
+                saved.append(a)
+        if record.ans is not None:
+            saved.append(record.ans)
+    return saved, external
+
+
+def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
+    """Run ``state = step(state)`` under ``tape``'s snapshot budget; return the final state.
+
+    ``step`` maps a state (a Tensor, or a tuple of Tensors) to a new state of
+    the same structure, shapes and dtypes; it may close over Tensors that
+    require gradients (parameters), and gradients reach them and the initial
+    state.  Pass ``steps=n`` for a loop of known length (an offline schedule),
+    or ``until=predicate`` (checked after each step, with optional
+    ``max_steps``) for a loop of unknown length (online checkpointing).
+    """
+    if callable(step) is False:
+        raise TypeError(f"tape.loop: step must be callable, got {step!r}")
+    if (steps is None) == (until is None):
+        raise ValueError("tape.loop: pass exactly one of steps= (a known length) or until=")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+        raise ValueError(f"tape.loop: steps must be an integer >= 0, got {steps!r}")
+    if max_steps is not None and (
+        isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
+    ):
+        raise ValueError(f"tape.loop: max_steps must be an integer >= 1, got {max_steps!r}")
+    if until is not None and not callable(until):
+        raise TypeError(f"tape.loop: until must be a predicate state -> bool, got {until!r}")
+    structure, tensors = _flatten(state)
+    if steps == 0:
+        return state
+    schedule = tape.policy.online() if until is not None else tape.policy.offline(steps)
+    x0 = tuple(t.data for t in tensors)
+    run = LoopRun(tape, step, schedule, x0, structure, until=until, max_steps=max_steps)
+    run.x0_nodes = tuple(t.node for t in tensors)
+    try:
+        final = run.run_forward()
+    except BaseException:
+        run.release()
+        raise
+    tape.loops.append(run)
+    if not STATE.grad_enabled or not _needs_backward(run):
+        run.release()
+        outputs = tuple(Tensor(a) for a in final)
+    else:
+        with tape:
+            record = Record(LOOP, run.x0_nodes, (run,), None, None, run.record_shape)
+            outputs = tuple(
+                Tensor._from_record(
+                    a, Record(SELECT, (record,), (run,), None, {"index": k}, a.shape)
+                )
+                for k, a in enumerate(final)
+            )
+    return outputs[0] if structure == "tensor" else outputs
+
+
+def _needs_backward(run):
+    """Whether anything needs a gradient: the initial state, or a parameter a step used."""
+    return run.uses_parameters or any(node is not None for node in run.x0_nodes)
+
+
+def _flatten(state):
+    if isinstance(state, Tensor):
+        return "tensor", (state,)
+    if isinstance(state, tuple) and state and all(isinstance(t, Tensor) for t in state):
+        return len(state), state
+    raise TypeError(
+        "tape.loop: the state must be a Tensor or a non-empty tuple of Tensors, got "
+        f"{type(state).__name__}"
+    )

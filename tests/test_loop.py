@@ -1,0 +1,328 @@
+"""Checkpointed loops: exact gradients under every schedule, counted and measured."""
+
+import gc
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import remat as rm
+from remat import schedules
+
+WIDTH = 6
+
+
+def make_params(seed=0, width=WIDTH):
+    rng = np.random.default_rng(seed)
+    w = rm.tensor(rng.standard_normal((width, width)) * 0.4, requires_grad=True)
+    b = rm.tensor(rng.standard_normal(width) * 0.1, requires_grad=True)
+    h0 = rm.tensor(rng.standard_normal((2, width)), requires_grad=True)
+    return w, b, h0
+
+
+def residual_step(w, b):
+    return lambda h: h + 0.5 * rm.tanh(h @ w + b)
+
+
+def loop_gradients(tape, steps, seed=0, step_maker=residual_step):
+    w, b, h0 = make_params(seed)
+    pre = h0 * 1.5  # an ordinary op before the loop
+    h = tape.loop(step_maker(w, b), pre, steps=steps)
+    loss = (h * h).sum() + (w * w).sum()  # and after it, using a parameter again
+    loss.backward()
+    return w.grad, b.grad, h0.grad, loss.item()
+
+
+SCHEDULES = ["store_all", "sqrt", "periodic", "revolve"]
+
+
+def tape_for(name, s):
+    if name == "store_all":
+        return rm.Tape()
+    if name == "sqrt":
+        return rm.Tape(schedule="sqrt")
+    return rm.Tape(snapshots=s, schedule=name)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 8), st.sampled_from(SCHEDULES[1:]))
+def test_every_schedule_gives_store_alls_gradients_bit_for_bit(n, s, name):
+    want = loop_gradients(rm.Tape(), n)
+    got = loop_gradients(tape_for(name, s), n)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 8))
+def test_online_gives_store_alls_gradients_bit_for_bit(n, s):
+    want = loop_gradients(rm.Tape(), n)
+    w, b, h0 = make_params()
+    counter = {"k": 0}
+
+    def until(h):
+        counter["k"] += 1
+        return counter["k"] >= n
+
+    tape = rm.Tape(snapshots=s)
+    h = tape.loop(residual_step(w, b), h0 * 1.5, until=until)
+    ((h * h).sum() + (w * w).sum()).backward()
+    assert tape.stats.steps == n
+    for g, ref in zip((w.grad, b.grad, h0.grad), want):
+        assert np.array_equal(g, ref)
+
+
+def test_checkpointed_gradients_match_finite_differences():
+    w0, b0, h00 = (t.data.copy() for t in make_params())
+
+    def f(w, b, h0):
+        tape = rm.Tape(snapshots=2)
+        h = tape.loop(residual_step(w, b), h0, steps=7)
+        return (h * h).sum()
+
+    assert rm.gradcheck(f, w0, b0, h00)
+
+
+def dropout_step(w, b):
+    def step(h):
+        keep = rm.random.uniform(size=h.shape) > 0.3
+        noise = rm.random.normal(scale=0.1, size=h.shape)
+        return h + 0.5 * rm.tanh(h @ w + b) * keep + noise
+
+    return step
+
+
+@pytest.mark.parametrize("name", ["sqrt", "periodic", "revolve"])
+def test_random_numbers_inside_a_step_replay_exactly(name):
+    rm.random.seed(3)
+    want = loop_gradients(rm.Tape(), 30, step_maker=dropout_step)
+    after_store_all = rm.random.uniform(size=3).data
+    rm.random.seed(3)
+    got = loop_gradients(tape_for(name, 3), 30, step_maker=dropout_step)
+    after_checkpointed = rm.random.uniform(size=3).data
+    for g, ref in zip(got, want):
+        assert np.array_equal(g, ref)
+    # the generator goes on after backward as if nothing had been recomputed
+    assert np.array_equal(after_store_all, after_checkpointed)
+
+
+@pytest.mark.parametrize("n, s", [(1, 1), (10, 2), (30, 3), (100, 5), (64, 64), (200, 10)])
+def test_revolve_counts_the_optimum_and_keeps_the_budget(n, s):
+    tape = rm.Tape(snapshots=s)
+    loop_gradients(tape, n)
+    assert tape.stats.steps == n
+    assert tape.stats.forward_steps == schedules.optimal_forward_steps(n, s)
+    assert tape.stats.recomputed_steps == tape.stats.forward_steps - n
+    assert tape.stats.peak_snapshots <= s
+    assert "revolve" in str(tape.stats).lower() or "Revolve" in str(tape.stats)
+
+
+def test_store_all_evaluates_each_step_once():
+    tape = rm.Tape()
+    loop_gradients(tape, 50)
+    assert tape.stats.forward_steps == 50 and tape.stats.peak_snapshots == 0
+
+
+def test_tuple_states_and_several_loops_compose():
+    w, b, h0 = make_params()
+    c0 = rm.tensor(np.ones((2, WIDTH)), requires_grad=True)
+
+    def step(state):
+        h, c = state
+        return h + 0.1 * rm.tanh(h @ w) * c, c * 0.9 + b
+
+    def run(tape):
+        h, c = tape.loop(step, (h0, c0), steps=12)
+        h2 = tape.loop(residual_step(w, b), h * c, steps=5)
+        return (h2**2).sum() + c.sum()
+
+    loss = run(rm.Tape())
+    loss.backward()
+    want = [t.grad.copy() for t in (w, b, h0, c0)]
+    for t in (w, b, h0, c0):
+        t.grad = None
+    tape = rm.Tape(snapshots=3)
+    run(tape).backward()
+    for t, ref in zip((w, b, h0, c0), want):
+        assert np.array_equal(t.grad, ref)
+    assert tape.stats.steps == 17
+
+
+def state_bytes(width):
+    return 2 * width * 8
+
+
+@pytest.mark.parametrize("name", ["revolve", "store_all"])
+def test_memory_is_bounded_by_the_budget_not_by_n(name):
+    s, width = 4, 64
+    b_state = state_bytes(width)
+    peaks = {}
+    for n in (10, 100, 1000):
+        tape = rm.Tape(snapshots=s) if name == "revolve" else rm.Tape()
+        w, b, h0 = make_params(width=width)
+        h = tape.loop(residual_step(w, b), h0, steps=n)
+        (h * h).sum().backward()
+        peaks[n] = tape.stats.peak_bytes
+    if name == "revolve":
+        one_step = 4 * b_state  # a step's tape: its input, tanh's output, a product
+        assert all(p <= s * b_state + one_step + 1024 for p in peaks.values()), peaks
+        assert peaks[1000] == peaks[100]
+    else:
+        assert peaks[1000] > 9 * peaks[100] > 81 * peaks[10] / 10
+
+
+def traced_peak_of_loop(tape, n, width):
+    w, b, h0 = make_params(width=width)
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    h = tape.loop(residual_step(w, b), h0, steps=n)
+    (h * h).sum().backward()
+    del h
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return peak
+
+
+def test_tracemalloc_peak_is_flat_for_revolve_and_linear_for_store_all():
+    width, s = 256, 4
+    b_state = state_bytes(width)
+    revolve = {n: traced_peak_of_loop(rm.Tape(snapshots=s), n, width) for n in (10, 100, 1000)}
+    store_all = {n: traced_peak_of_loop(rm.Tape(), n, width) for n in (10, 100, 1000)}
+    param_bytes = width * width * 8 + width * 8
+    # Parameters' gradients and temporaries, plus the budget: flat in n, but
+    # for Python's free lists of small objects (up to 2000 tuples of each
+    # size), which fill up on long runs and which tracemalloc counts.
+    free_lists = 128 * 1024
+    assert revolve[1000] < revolve[10] + b_state + free_lists, revolve
+    assert revolve[1000] < revolve[100] + b_state + free_lists, revolve
+    # (3 gradients of W at once: the sum so far, one step's part, their sum)
+    assert revolve[1000] < 3 * param_bytes + (s + 8) * b_state + free_lists, revolve
+    # store_all holds every step's tape: about 3 states a step
+    assert store_all[1000] - store_all[100] > 900 * 2 * b_state, store_all
+    assert store_all[1000] > 5 * revolve[1000]
+
+
+def test_log_n_snapshots_give_log_n_memory_and_n_log_n_work():
+    width = 8
+    b_state = state_bytes(width)
+    rows = []
+    for k in range(6, 13):
+        n = 2**k
+        s = math.ceil(math.log2(n))
+        tape = rm.Tape(snapshots=s)
+        w, b, h0 = make_params(width=width)
+        h = tape.loop(residual_step(w, b), h0, steps=n)
+        (h * h).sum().backward()
+        stats = tape.stats
+        assert stats.forward_steps == schedules.optimal_forward_steps(n, s)
+        rows.append((k, stats.forward_steps / n, stats.peak_bytes / b_state))
+    for k, work, memory in rows:
+        assert work <= k + 1  # forward_steps / n grows like log2 n
+        assert memory <= k + 5  # snapshots plus a step's tape, in states
+    # and they do grow: more steps need (logarithmically) more of both
+    assert rows[-1][1] > rows[0][1] and rows[-1][2] > rows[0][2]
+
+
+def test_a_step_failing_during_recomputation_names_its_index_and_frees_everything():
+    w, b, h0 = make_params()
+    calls = {"n": 0}
+
+    def step(h):
+        calls["n"] += 1
+        if calls["n"] > 20:  # the forward sweep passes; recomputation fails
+            raise FloatingPointError("boom")
+        return h + rm.tanh(h @ w)
+
+    tape = rm.Tape(snapshots=2)
+    h = tape.loop(step, h0, steps=20)
+    with pytest.raises(rm.LoopError, match=r"step \d+ raised FloatingPointError.*boom"):
+        h.sum().backward()
+    run = tape.loops[0]
+    assert not run.slots and not run.tapes and run.held.bytes == 0
+
+
+def test_backward_twice_is_a_clear_error():
+    w, b, h0 = make_params()
+    h = rm.Tape(snapshots=2).loop(residual_step(w, b), h0, steps=5)
+    loss = h.sum()
+    loss.backward()
+    with pytest.raises(rm.BackwardError, match="second time"):
+        loss.backward()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(steps=-1), ValueError, "steps must be an integer >= 0, got -1"),
+        (dict(), ValueError, "exactly one of steps"),
+        (dict(steps=3, until=lambda h: True), ValueError, "exactly one of steps"),
+        (dict(steps=2.5), ValueError, "steps must be an integer"),
+    ],
+)
+def test_bad_loop_arguments(kwargs, error, match):
+    w, b, h0 = make_params()
+    tape = rm.Tape(snapshots=2)
+    with pytest.raises(error, match=match):
+        tape.loop(residual_step(w, b), h0, **kwargs)
+    assert tape.loops == [] and len(tape) == 0
+
+
+@pytest.mark.parametrize("snapshots", [0, -3, 1.5, True])
+def test_bad_budget(snapshots):
+    with pytest.raises(ValueError, match="snapshots must be an integer >= 1"):
+        rm.Tape(snapshots=snapshots)
+
+
+def test_unknown_schedule_lists_the_choices():
+    with pytest.raises(ValueError, match="store_all, sqrt, periodic, revolve, online"):
+        rm.Tape(schedule="fancy")
+
+
+@pytest.mark.parametrize(
+    "bad_step, match",
+    [
+        (lambda h: h[:1], r"step 3 returned shape \(1, 6\).*state has shape \(2, 6\)"),
+        (lambda h: (h, h), "returned tuple; the state is one Tensor"),
+        (lambda h: h.data, "returned ndarray"),
+    ],
+)
+def test_a_step_changing_the_state_is_a_clear_error(bad_step, match):
+    w, b, h0 = make_params()
+    count = {"n": 0}
+
+    def step(h):
+        count["n"] += 1
+        return bad_step(h) if count["n"] == 4 else h * 1.0
+
+    tape = rm.Tape(snapshots=2)
+    with pytest.raises(rm.LoopError, match=match):
+        tape.loop(step, h0, steps=10)
+    assert tape.loops == [] and len(tape) == 0
+
+
+def test_dtype_change_is_named():
+    h0 = rm.tensor(np.ones(3), requires_grad=True)
+    with pytest.raises(rm.LoopError, match="dtype float32"):
+        rm.Tape(snapshots=2).loop(lambda h: rm.tensor(h.data.astype(np.float32)), h0, steps=3)
+
+
+def test_loop_without_gradients_records_nothing():
+    h0 = rm.tensor(np.ones(3))
+    tape = rm.Tape(snapshots=2)
+    h = tape.loop(lambda h: h * 2.0, h0, steps=4)
+    assert np.array_equal(h.data, np.full(3, 16.0)) and h.record is None
+    assert tape.stats.forward_steps == 4  # the forward sweep only: no backward will come
+    assert not tape.loops[0].slots
+
+
+def test_tape_lists_the_loop_as_one_record():
+    w, b, h0 = make_params()
+    with rm.Tape(snapshots=3) as tape:
+        h = tape.loop(residual_step(w, b), h0, steps=10)
+        (h * h).sum()
+    names = [line.split()[1] for line in str(tape).splitlines()[1:]]
+    assert names == ["loop", "loop_output", "multiply", "sum"]
