@@ -178,6 +178,16 @@ float64 = np.float64
 float32 = np.float32
 
 
+def default_rng(seed):
+    """A NumPy generator for building workloads (not the replayed library generator)."""
+    return np.random.default_rng(seed)
+
+
+def one_hot(indices, depth, dtype=np.float64):
+    """One-hot encoding along a new last axis."""
+    return np.eye(depth, dtype=dtype)[indices]
+
+
 # --- random numbers -------------------------------------------------------
 # One generator for the whole library, so that its state can be captured in
 # every snapshot of a checkpointed loop and replayed when a step is recomputed.

@@ -267,6 +267,7 @@ class LoopRun:
         self.cotangent = None  # of x_position during the reverse sweep
         self.uses_parameters = False  # does a taped step reach a tensor needing a gradient?
         self.stats = LoopStats(schedule=_schedule_name(schedule))
+        self.timeline = [] if tape.trace else None  # (evaluations so far, bytes held)
         self.handlers = {
             schedules.Advance: self.advance,
             schedules.Tape: self.tape_steps,
@@ -408,12 +409,17 @@ class LoopRun:
         self.position = None
 
     # -- the two sweeps --
+    def carry_out(self, action):
+        self.handlers[type(action)](action)
+        if self.timeline is not None:
+            self.timeline.append((self.stats.forward_steps, self.held.bytes))
+
     def run_forward(self):
         """Carry out the schedule up to EndForward; return the final state's arrays."""
         for action in self.actions:
             if type(action) is schedules.EndForward:
                 break
-            self.handlers[type(action)](action)
+            self.carry_out(action)
         else:
             raise LoopError(f"schedule {self.schedule!r} ended before EndForward")
         if self.until is None:
@@ -441,7 +447,7 @@ class LoopRun:
                 if type(action) is schedules.End:
                     break
                 try:
-                    self.handlers[type(action)](action)
+                    self.carry_out(action)
                 except LoopError:
                     raise
                 except Exception as error:

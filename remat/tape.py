@@ -134,10 +134,12 @@ class Tape:
 
     With ``snapshots`` or ``schedule`` it also carries a snapshot budget for
     :meth:`loop` (see :mod:`remat.loop`): ``Tape(snapshots=s)`` reverses loops
-    with the binomial revolve schedule keeping at most ``s`` states.
+    with the binomial revolve schedule keeping at most ``s`` states.  With
+    ``trace=True`` each loop records the bytes it holds after every action
+    (for :func:`remat.plot.memory_timeline`).
     """
 
-    def __init__(self, snapshots=None, schedule=None):
+    def __init__(self, snapshots=None, schedule=None, trace=False):
         from .loop import resolve_policy  # the loop layer sits above the tape
 
         self.records = []
@@ -145,6 +147,7 @@ class Tape:
         self.snapshots = snapshots
         self.schedule = schedule
         self.loops = []
+        self.trace = trace
         self._outer = []
 
     def __enter__(self):

@@ -1,0 +1,139 @@
+"""Pictures of schedules and runs (matplotlib, imported only when a plot is drawn).
+
+* :func:`schedule_diagram` - the classic picture of a checkpointing schedule:
+  step index against time (counted in step evaluations), with advances,
+  taped steps, reversals, snapshots and restores drawn differently.
+* :func:`memory_timeline` - bytes held by a real run of ``tape.loop`` over
+  its step evaluations (``rm.Tape(..., trace=True)`` records them).
+* :func:`budget_curve` - forward steps and memory against the snapshot budget,
+  with the binomial optimum drawn.
+
+Install with ``pip install "remat[plot]"``.
+"""
+
+from __future__ import annotations
+
+from . import schedules as S
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        if matplotlib.get_backend().lower() not in (
+            "agg",
+            "module://matplotlib_inline.backend_inline",
+        ):
+            import os
+
+            if not os.environ.get("DISPLAY"):
+                matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError("remat.plot needs matplotlib: pip install 'remat[plot]'") from error
+    return plt
+
+
+def _axes(ax, figsize=(8, 4.5)):
+    plt = _pyplot()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize)
+    return ax.figure, ax
+
+
+def trace_schedule(schedule, steps=None):
+    """The schedule as drawable segments: a list of (kind, time0, time1, pos0, pos1).
+
+    ``time`` counts step evaluations and reversals, one unit each; ``kind`` is
+    advance, tape, reverse, snapshot or restore.  Online schedules need ``steps``.
+    """
+    actions = iter(schedule)
+    online = hasattr(actions, "finish")
+    n = steps if steps is not None else schedule.steps
+    segments, time, position = [], 0, 0
+    for action in actions:
+        kind = type(action).__name__.lower()
+        if isinstance(action, (S.Advance, S.Tape)):
+            width = action.stop - action.start
+            segments.append((kind, time, time + width, action.start, action.stop))
+            time += width
+            position = action.stop
+            if online and position == n and isinstance(action, S.Tape):
+                actions.finish(n)
+        elif isinstance(action, S.Reverse):
+            width = action.stop - action.start
+            segments.append((kind, time, time + width, action.stop, action.start))
+            time += width
+        elif isinstance(action, (S.Snapshot, S.Restore)):
+            segments.append((kind, time, time, action.step, action.step))
+        elif isinstance(action, S.End):
+            break
+    return segments
+
+
+STYLE = {
+    "advance": dict(color="tab:blue", lw=1.2),
+    "tape": dict(color="tab:green", lw=3),
+    "reverse": dict(color="tab:red", lw=3),
+    "snapshot": dict(color="black", marker="s", ms=5, ls="none"),
+    "restore": dict(color="tab:orange", marker="o", ms=4, ls="none"),
+}
+
+
+def schedule_diagram(schedule, steps=None, ax=None, title=None):
+    """Draw a schedule: time (step evaluations) across, step index up."""
+    fig, ax = _axes(ax)
+    seen = set()
+    for kind, t0, t1, p0, p1 in trace_schedule(schedule, steps):
+        if kind not in STYLE:
+            continue
+        label = None if kind in seen else kind
+        seen.add(kind)
+        ax.plot([t0, t1], [p0, p1], label=label, **STYLE[kind])
+    sim = S.simulate(schedule, steps=steps)
+    ax.set_xlabel("time (step evaluations and reversals)")
+    ax.set_ylabel("step index")
+    ax.set_title(
+        title
+        or f"{schedule!r}: {sim.forward_steps} evaluations, {sim.peak_snapshots} snapshots at most"
+    )
+    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    return fig
+
+
+def memory_timeline(tape, ax=None, label=None):
+    """Bytes the tape's loops held, over their step evaluations (needs ``trace=True``)."""
+    fig, ax = _axes(ax)
+    for run in tape.loops:
+        if not run.timeline:
+            raise ValueError("memory_timeline needs a tape made with rm.Tape(..., trace=True)")
+        xs = [t for t, _ in run.timeline]
+        ys = [b / 2**20 for _, b in run.timeline]
+        ax.step(xs, ys, where="post", label=label or run.stats.schedule)
+    ax.set_xlabel("time (step evaluations)")
+    ax.set_ylabel("MiB held by the loop")
+    ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+def budget_curve(steps, budgets, state_bytes=None, ax=None):
+    """Revolve's forward steps (and memory) against the snapshot budget.
+
+    Each point is simulated; the line is the binomial optimum
+    ``optimal_forward_steps(steps, s)``, so the two coincide.
+    """
+    fig, ax = _axes(ax)
+    budgets = list(budgets)
+    simulated = [S.simulate(S.Revolve(steps, s)).forward_steps / steps for s in budgets]
+    optimum = [S.optimal_forward_steps(steps, s) / steps for s in budgets]
+    ax.plot(budgets, optimum, "-", color="tab:gray", label="binomial optimum")
+    ax.plot(budgets, simulated, "o", color="tab:red", label="Revolve (simulated)")
+    ax.set_xlabel("snapshot budget s")
+    ax.set_ylabel("forward steps / n")
+    ax.set_title(f"n = {steps}: recomputation against memory")
+    if state_bytes:
+        twin = ax.twinx()
+        twin.plot(budgets, [s * state_bytes / 2**20 for s in budgets], "--", color="tab:blue")
+        twin.set_ylabel("snapshot memory (MiB)", color="tab:blue")
+    ax.legend(fontsize=8, frameon=False)
+    return fig

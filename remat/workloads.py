@@ -1,0 +1,151 @@
+"""Small real workloads, shared by the CLI, the notebooks and the benchmarks.
+
+Each is a loop: a state, a step function closing over parameters, and a loss
+on the final state.  ``Workload.loss_and_gradients(tape)`` runs it on a tape
+(so under that tape's snapshot budget) and returns the loss and the
+parameters' gradients.
+
+* ``resmlp``: a residual MLP, ``h <- h + tanh(h W + b) V`` (one block reused
+  at every step, as in a weight-tied deep network or a discretised ODE).
+* ``rnn``: a character-level recurrent network over a long sequence; the
+  state carries the hidden vector, the position and the running loss.
+* ``ode``: a nonlinear ODE integrated with classical Runge-Kutta (RK4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import backend
+from .ops import log_softmax, tanh
+from .tensor import Tensor, tensor
+
+
+@dataclass
+class Workload:
+    """A loop to differentiate: ``state = step(state)`` ``steps`` times, then ``loss``."""
+
+    name: str
+    description: str
+    params: list
+    state: object
+    step: object
+    steps: int
+    loss: object
+
+    def run(self, tape, online=False):
+        """The loss Tensor, with the loop run on ``tape`` (``until=`` if ``online``)."""
+        if online:
+            count = iter(range(1, self.steps + 1))
+            final = tape.loop(self.step, self.state, until=lambda _: next(count) >= self.steps)
+        else:
+            final = tape.loop(self.step, self.state, steps=self.steps)
+        return self.loss(final)
+
+    def loss_and_gradients(self, tape, online=False):
+        """Run forward and backward; return (loss value, [gradient of each parameter])."""
+        for p in self.params:
+            p.grad = None
+        loss = self.run(tape, online=online)
+        loss.backward()
+        return loss.item(), [p.grad for p in self.params]
+
+    @property
+    def state_bytes(self):
+        """Bytes of one state: what each snapshot holds."""
+        parts = self.state if isinstance(self.state, tuple) else (self.state,)
+        return sum(backend.nbytes(t.data) for t in parts)
+
+
+def _randn(rng, *shape, scale=1.0):
+    return tensor(rng.standard_normal(shape) * scale, requires_grad=True)
+
+
+def resmlp(steps=200, width=64, batch=32, seed=0):
+    rng = backend.default_rng(seed)
+    w = _randn(rng, width, width, scale=1 / width**0.5)
+    b = _randn(rng, width, scale=0.1)
+    v = _randn(rng, width, width, scale=0.1 / width**0.5)
+    h0 = tensor(rng.standard_normal((batch, width)))
+
+    def step(h):
+        return h + tanh(h @ w + b) @ v
+
+    return Workload(
+        "resmlp",
+        f"residual MLP, width {width}, batch {batch}",
+        [w, b, v],
+        h0,
+        step,
+        steps,
+        lambda h: (h * h).mean(),
+    )
+
+
+def rnn(steps=200, hidden=64, vocab=32, batch=16, seed=0):
+    rng = backend.default_rng(seed)
+    text = rng.integers(0, vocab, size=(steps + 1, batch))
+    onehot = backend.one_hot(text, vocab)  # (steps + 1, batch, vocab)
+    inputs, targets = Tensor(onehot[:-1]), Tensor(onehot[1:])
+    wx = _randn(rng, vocab, hidden, scale=1 / vocab**0.5)
+    wh = _randn(rng, hidden, hidden, scale=1 / hidden**0.5)
+    wy = _randn(rng, hidden, vocab, scale=1 / hidden**0.5)
+    b = _randn(rng, hidden, scale=0.1)
+
+    def step(state):
+        h, t, total = state
+        h = tanh(inputs[t] @ wx + h @ wh + b)
+        total = total - (log_softmax(h @ wy) * targets[t]).sum()
+        return h, t + 1, total
+
+    state = (
+        tensor(backend.zeros((batch, hidden), backend.float64)),
+        tensor(0),
+        tensor(0.0),
+    )
+    return Workload(
+        "rnn",
+        f"character-level RNN, hidden {hidden}, vocabulary {vocab}, batch {batch}",
+        [wx, wh, wy, b],
+        state,
+        step,
+        steps,
+        lambda state: state[2] / (steps * batch),
+    )
+
+
+def ode(steps=200, dim=32, batch=8, dt=0.05, seed=0):
+    rng = backend.default_rng(seed)
+    w = _randn(rng, dim, dim, scale=1.5 / dim**0.5)
+    x0 = tensor(rng.standard_normal((batch, dim)))
+    target = tensor(rng.standard_normal((batch, dim)) * 0.5)
+
+    def f(x):
+        return tanh(x @ w) - 0.5 * x
+
+    def step(x):  # one classical Runge-Kutta step
+        k1 = f(x)
+        k2 = f(x + (0.5 * dt) * k1)
+        k3 = f(x + (0.5 * dt) * k2)
+        k4 = f(x + dt * k3)
+        return x + (dt / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
+
+    return Workload(
+        "ode",
+        f"ODE dx/dt = tanh(W x) - x/2 in {dim} dimensions, RK4 with dt={dt}",
+        [w],
+        x0,
+        step,
+        steps,
+        lambda x: ((x - target) ** 2).mean(),
+    )
+
+
+WORKLOADS = {"resmlp": resmlp, "rnn": rnn, "ode": ode}
+
+
+def make_workload(name, steps=200, seed=0):
+    """The workload called ``name`` (one of :data:`WORKLOADS`) with ``steps`` steps."""
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
+    return WORKLOADS[name](steps=steps, seed=seed)

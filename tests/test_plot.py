@@ -1,0 +1,45 @@
+"""Plots render headless and draw what the schedule does."""
+
+import pytest
+
+import remat as rm
+from remat import schedules as S
+from remat.workloads import make_workload
+
+pytest.importorskip("matplotlib")
+plot = pytest.importorskip("remat.plot")
+
+
+def test_trace_follows_the_schedule():
+    segments = plot.trace_schedule(S.Revolve(10, 2))
+    evaluations = sum(t1 - t0 for kind, t0, t1, *_ in segments if kind in ("advance", "tape"))
+    reversals = [s for s in segments if s[0] == "reverse"]
+    assert evaluations == S.optimal_forward_steps(10, 2)
+    assert [s[3] for s in reversals] == list(range(10, 0, -1))
+
+
+@pytest.mark.parametrize(
+    "schedule, steps", [(S.Revolve(20, 3), None), (S.Sqrt(20), None), (S.Online(3), 20)]
+)
+def test_schedule_diagram_renders(tmp_path, schedule, steps):
+    fig = plot.schedule_diagram(schedule, steps=steps)
+    fig.savefig(tmp_path / "d.png")
+    assert (tmp_path / "d.png").stat().st_size > 1000
+
+
+def test_memory_timeline_needs_a_traced_tape(tmp_path):
+    workload = make_workload("ode", steps=20)
+    tape = rm.Tape(snapshots=3, trace=True)
+    workload.loss_and_gradients(tape)
+    timeline = tape.loops[0].timeline
+    assert timeline[-1][0] == tape.stats.forward_steps
+    assert max(b for _, b in timeline) == tape.stats.peak_bytes
+    plot.memory_timeline(tape).savefig(tmp_path / "m.png")
+    untraced = rm.Tape(snapshots=3)
+    make_workload("ode", steps=5).loss_and_gradients(untraced)
+    with pytest.raises(ValueError, match="trace=True"):
+        plot.memory_timeline(untraced)
+
+
+def test_budget_curve_renders(tmp_path):
+    plot.budget_curve(100, range(2, 12), state_bytes=1024).savefig(tmp_path / "b.png")
