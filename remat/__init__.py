@@ -10,7 +10,9 @@ This module only re-exports; see the submodules for the ideas.
 """
 
 from . import random, schedules
+from .backend import DeviceError, cuda_available
 from .functional import GradcheckError, grad, gradcheck, value_and_grad
+from .loop import LoopError, LoopStats
 from .ops import (
     OPS,
     ShapeError,
@@ -46,10 +48,10 @@ from .ops import (
     sum,
     swapaxes,
     tanh,
+    to_device,
     transpose,
     where,
 )
-from .loop import LoopError, LoopStats
 from .tape import BackwardError, Record, Tape, enable_grad, no_grad
 from .tensor import Tensor, tensor
 

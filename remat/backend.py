@@ -6,9 +6,12 @@ that way).
 
 ``xp`` is the namespace the ops compute with.  It is NumPy; NumPy's dispatch
 protocols (``__array_ufunc__`` and ``__array_function__``) hand CuPy arrays on
-to CuPy, so one ``xp.sin(x)`` serves both devices.  The few places where the
-two libraries differ (scatter-add, random state, device placement, bytes in
-use) are the functions below.
+to CuPy, so one ``xp.sin(x)`` serves both devices.  The places where the two
+libraries differ are the functions below: device placement, scatter-add,
+read-only arrays, random numbers and bytes in use.
+
+Devices are named ``"cpu"`` (NumPy) and ``"cuda"`` (CuPy, imported only when
+first asked for, so remat never needs CuPy unless a GPU is used).
 """
 
 from __future__ import annotations
@@ -17,48 +20,111 @@ import numpy as np
 
 xp = np
 ndarray = np.ndarray
+float32 = np.float32
+float64 = np.float64
+
+DEVICES = ("cpu", "cuda")
+
+
+class DeviceError(RuntimeError):
+    """A device that is not available, or arrays on two devices in one op."""
+
+
+# --- devices ---------------------------------------------------------------------
+
+
+def _is_cupy(array) -> bool:
+    return type(array).__module__.startswith("cupy")
+
+
+_cupy_module = None
+
+
+def _cupy():
+    """The cupy module, or a DeviceError saying why there is none."""
+    global _cupy_module
+    if _cupy_module is None:
+        try:
+            import cupy
+
+            cupy.cuda.runtime.getDeviceCount()
+        except Exception as error:  # ImportError, or CUDA's own errors without a GPU
+            raise DeviceError(
+                "device 'cuda' needs CuPy and an NVIDIA GPU (pip install 'remat[cuda]'); "
+                f"it is not available here: {type(error).__name__}: {error}"
+            ) from None
+        _cupy_module = cupy
+    return _cupy_module
+
+
+def cuda_available() -> bool:
+    try:
+        _cupy()
+    except DeviceError:
+        return False
+    return True
 
 
 def namespace(array):
     """The array module (numpy or cupy) that owns ``array``."""
-    module = type(array).__module__
-    if module.startswith("cupy"):
-        import cupy
-
-        return cupy
-    return np
+    return _cupy() if _is_cupy(array) else np
 
 
-def asarray(data, dtype=None, copy=True):
-    """A fresh backend array from ``data`` (a list, scalar, or array)."""
-    module = namespace(data)
-    out = module.array(data, dtype=dtype, copy=copy)
-    return out
+def device_of(array) -> str:
+    return "cuda" if _is_cupy(array) else "cpu"
+
+
+def check_device(device) -> str:
+    if device not in DEVICES:
+        raise DeviceError(f"unknown device {device!r}; choose 'cpu' or 'cuda'")
+    return device
+
+
+def to_device(array, device):
+    """``array`` on ``device`` (the same object if it is there already)."""
+    if device_of(array) == check_device(device):
+        return array
+    if device == "cpu":
+        return array.get()
+    return _cupy().asarray(array)
+
+
+def asarray(data, dtype=None, device=None):
+    """A fresh array holding a copy of ``data`` (a list, scalar or array)."""
+    if device is None:
+        device = device_of(data)
+    module = np if check_device(device) == "cpu" else _cupy()
+    if device == "cuda" or not _is_cupy(data):
+        return module.array(data, dtype=dtype, copy=True)
+    return np.array(data.get(), dtype=dtype, copy=True)
 
 
 def is_array(value) -> bool:
-    return isinstance(value, np.ndarray) or type(value).__module__.startswith("cupy")
+    return isinstance(value, np.ndarray) or _is_cupy(value)
 
 
 def is_floating(dtype) -> bool:
     return np.issubdtype(dtype, np.floating)
 
 
-def is_complex(dtype) -> bool:
-    return np.issubdtype(dtype, np.complexfloating)
-
-
-def result_dtype(*values):
-    return np.result_type(*values)
-
-
 def to_host(array) -> np.ndarray:
     """A NumPy array with the same values (a copy only for device arrays)."""
     if isinstance(array, np.ndarray):
         return array
-    if hasattr(array, "get"):
+    if _is_cupy(array):
         return array.get()
     return np.asarray(array)
+
+
+def mixed_devices(arrays) -> str | None:
+    """A description of the devices if ``arrays`` are on more than one, else None."""
+    places = [(device_of(a), getattr(a, "shape", ())) for a in arrays if is_array(a)]
+    if len({d for d, _ in places}) > 1:
+        return " and ".join(f"{d} (shape {s})" for d, s in places)
+    return None
+
+
+# --- arrays the tape keeps -----------------------------------------------------------
 
 
 def nbytes(value) -> int:
@@ -70,7 +136,8 @@ def lock(array) -> None:
     """Make an array read-only, so that changing it in place raises at once.
 
     The tape calls this on every array it saves for backward: a saved array
-    changed behind the tape's back would give a silently wrong gradient.
+    changed behind the tape's back would give a silently wrong gradient.  (CuPy
+    arrays have no read-only flag; on the GPU this protection is missing.)
     """
     if type(array) is np.ndarray and array.flags.writeable:
         array.flags.writeable = False
@@ -80,7 +147,7 @@ def is_owned(array) -> bool:
     """True for a writeable array that is not a view of another."""
     if type(array) is np.ndarray:
         return array.flags.writeable and array.base is None
-    return getattr(array, "base", True) is None
+    return _is_cupy(array) and array.base is None
 
 
 def copy(array):
@@ -95,39 +162,55 @@ def ones_like(array):
     return namespace(array).ones_like(array)
 
 
-def scatter_add(shape, index, values, dtype):
-    """zeros(shape) with ``values`` added at ``index``; repeated indices add up."""
-    module = namespace(values)
-    out = module.zeros(shape, dtype=dtype)
-    if module is np:
-        np.add.at(out, index, values)
-    else:  # pragma: no cover - needs a GPU
-        import cupyx
-
-        cupyx.scatter_add(out, index, values)
-    return out
+def sign(x):
+    return np.sign(x)
 
 
-def _scatter_into(shape, index, values):
+def argsort(values):
+    return tuple(int(i) for i in np.argsort(values))
+
+
+# --- indexing ---------------------------------------------------------------------
+
+
+def is_integer_index(value) -> bool:
+    """True for an integer array used as an index (which may repeat entries)."""
+    return is_array(value) and np.issubdtype(value.dtype, np.integer)
+
+
+def as_index(value):
+    """An index array from a list or array (copied, so later changes cannot reach it)."""
+    if is_array(value):
+        return value.copy()
+    return np.asarray(value)
+
+
+def scatter_into(shape, index, values):
     """zeros(shape) with ``values`` added at ``index`` (the VJP of indexing).
 
     Only integer-array indices can name an element twice; they need the
     slower unbuffered add, everything else is a plain assignment.
     """
     parts = index if isinstance(index, tuple) else (index,)
-    if any(is_integer_index(p) for p in parts):
-        return scatter_add(shape, index, values, values.dtype)
     out = namespace(values).zeros(shape, dtype=values.dtype)
-    out[index] = values
+    if not any(is_integer_index(p) for p in parts):
+        out[index] = values
+    elif _is_cupy(values):  # pragma: no cover - needs a GPU
+        import cupyx
+
+        cupyx.scatter_add(out, index, values)
+    else:
+        np.add.at(out, index, values)
     return out
 
 
 class ArrayNamespace:
-    """The functions VJP rules call, on raw arrays of one array module.
+    """The functions VJP rules call, on raw arrays.
 
     remat's ops module offers the same names on Tensors, so a VJP rule written
     against ``ns`` runs on arrays in an ordinary backward and records itself
-    when the backward is differentiated (see remat.tape).
+    when the backward is differentiated (see remat.tape).  NumPy's functions
+    dispatch CuPy arrays to CuPy, so one namespace serves both devices.
     """
 
     NAMES = (
@@ -137,60 +220,18 @@ class ArrayNamespace:
     def __init__(self, module):
         for name in self.NAMES:
             setattr(self, name, getattr(module, name))
-        self.scatter_add = _scatter_into
+        self.scatter_add = scatter_into
+        self.to_device = to_device
 
 
-NUMPY_NAMESPACE = ArrayNamespace(np)
+ARRAY_NAMESPACE = ArrayNamespace(np)
 
 
-def vjp_namespace(array):
-    """The ArrayNamespace matching ``array``'s module."""
-    if type(array) is np.ndarray or not type(array).__module__.startswith("cupy"):
-        return NUMPY_NAMESPACE
-    return ArrayNamespace(namespace(array))  # pragma: no cover - needs a GPU
-
-
-def is_integer_index(value) -> bool:
-    """True for an integer array used as an index (which may repeat entries)."""
-    return is_array(value) and np.issubdtype(value.dtype, np.integer)
-
-
-def as_index(value):
-    """An index array from a list or array; bool and int arrays keep their kind."""
-    if is_array(value):
-        return value.copy()
-    return np.asarray(value)
-
-
-def argsort(values):
-    return tuple(int(i) for i in np.argsort(values))
-
-
-def sign(x):
-    return np.sign(x)
-
-
-def finfo(dtype):
-    return np.finfo(dtype)
-
-
-float64 = np.float64
-float32 = np.float32
-
-
-def default_rng(seed):
-    """A NumPy generator for building workloads (not the replayed library generator)."""
-    return np.random.default_rng(seed)
-
-
-def one_hot(indices, depth, dtype=np.float64):
-    """One-hot encoding along a new last axis."""
-    return np.eye(depth, dtype=dtype)[indices]
-
-
-# --- random numbers -------------------------------------------------------
+# --- random numbers -------------------------------------------------------------
 # One generator for the whole library, so that its state can be captured in
 # every snapshot of a checkpointed loop and replayed when a step is recomputed.
+# It draws on the host; samples for the GPU are copied there, so both devices
+# see the same numbers for the same seed.
 
 _generator = np.random.Generator(np.random.PCG64(0))
 
@@ -201,7 +242,7 @@ def seed(n: int) -> None:
 
 
 def random_state():
-    """An opaque, immutable copy of the generator state."""
+    """A copy of the generator state (a dict, as NumPy gives it)."""
     return _generator.bit_generator.state
 
 
@@ -209,9 +250,22 @@ def set_random_state(state) -> None:
     _generator.bit_generator.state = state
 
 
-def uniform(low, high, size, dtype):
-    return np.asarray(_generator.uniform(low, high, size), dtype=dtype)
+def uniform(low, high, size, dtype, device="cpu"):
+    return to_device(np.asarray(_generator.uniform(low, high, size), dtype=dtype), device)
 
 
-def normal(loc, scale, size, dtype):
-    return np.asarray(_generator.normal(loc, scale, size), dtype=dtype)
+def normal(loc, scale, size, dtype, device="cpu"):
+    return to_device(np.asarray(_generator.normal(loc, scale, size), dtype=dtype), device)
+
+
+# --- building workloads ---------------------------------------------------------------
+
+
+def default_rng(seed):
+    """A NumPy generator for building workloads (not the replayed library generator)."""
+    return np.random.default_rng(seed)
+
+
+def one_hot(indices, depth, dtype=np.float64):
+    """One-hot encoding along a new last axis."""
+    return np.eye(depth, dtype=dtype)[indices]

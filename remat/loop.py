@@ -254,6 +254,7 @@ class LoopRun:
         self.structure = structure  # "tensor" or the tuple's length
         self.width = len(x0)
         self.shapes = tuple(a.shape for a in x0)
+        self.devices = tuple(backend.device_of(a) for a in x0)
         self.dtypes = tuple(a.dtype for a in x0)
         self.record_shape = self.shapes if self.width > 1 else self.shapes[0]
         self.until = until
@@ -378,6 +379,8 @@ class LoopRun:
         if key in self.slots:
             self.held.release(self.slots[key][1])
         arrays, rng = self.current
+        if self.tape.snapshot_device is not None:  # offload, e.g. GPU -> host memory
+            arrays = tuple(backend.to_device(a, self.tape.snapshot_device) for a in arrays)
         self.slots[key] = (action.step, arrays, rng)
         self.held.hold(arrays)
         self.stats.peak_snapshots = max(self.stats.peak_snapshots, len(self.slots))
@@ -386,6 +389,8 @@ class LoopRun:
         step, arrays, rng = self.slots[(action.level, action.slot)]
         if step != action.step:
             raise LoopError(f"schedule asked for {action} but that slot holds x_{step}")
+        if self.tape.snapshot_device is not None:
+            arrays = tuple(backend.to_device(a, d) for a, d in zip(arrays, self.devices))
         self.current = (arrays, rng)
         self.position = step
 

@@ -4,7 +4,8 @@ remat draws from one generator.  Its state is part of every snapshot a
 checkpointed loop takes, and the executor puts it back before recomputing from
 a snapshot, so a step that draws (dropout, noise injection) sees the same
 numbers every time it is evaluated: gradients stay bit-for-bit those of
-store-all.
+store-all.  Samples are drawn on the host and copied to the GPU for
+``device="cuda"``, so a seed gives the same numbers on either device.
 """
 
 from . import backend
@@ -18,11 +19,11 @@ def seed(n: int) -> None:
     backend.seed(n)
 
 
-def uniform(low=0.0, high=1.0, size=None, dtype=backend.float64) -> Tensor:
+def uniform(low=0.0, high=1.0, size=None, dtype=backend.float64, device="cpu") -> Tensor:
     """Samples from U[low, high) as a constant Tensor."""
-    return Tensor(backend.uniform(low, high, size, dtype))
+    return Tensor(backend.uniform(low, high, size, dtype, device))
 
 
-def normal(loc=0.0, scale=1.0, size=None, dtype=backend.float64) -> Tensor:
+def normal(loc=0.0, scale=1.0, size=None, dtype=backend.float64, device="cpu") -> Tensor:
     """Samples from N(loc, scale^2) as a constant Tensor."""
-    return Tensor(backend.normal(loc, scale, size, dtype))
+    return Tensor(backend.normal(loc, scale, size, dtype, device))

@@ -136,10 +136,11 @@ class Tape:
     :meth:`loop` (see :mod:`remat.loop`): ``Tape(snapshots=s)`` reverses loops
     with the binomial revolve schedule keeping at most ``s`` states.  With
     ``trace=True`` each loop records the bytes it holds after every action
-    (for :func:`remat.plot.memory_timeline`).
+    (for :func:`remat.plot.memory_timeline`).  ``snapshot_device="cpu"``
+    keeps snapshots in host memory while the loop runs on the GPU.
     """
 
-    def __init__(self, snapshots=None, schedule=None, trace=False):
+    def __init__(self, snapshots=None, schedule=None, trace=False, snapshot_device=None):
         from .loop import resolve_policy  # the loop layer sits above the tape
 
         self.records = []
@@ -148,6 +149,7 @@ class Tape:
         self.schedule = schedule
         self.loops = []
         self.trace = trace
+        self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)
         self._outer = []
 
     def __enter__(self):
@@ -318,7 +320,7 @@ def backward(roots, cotangents, retain_graph=False, create_graph=False):
     if create_graph:
         from .ops import TENSOR_NAMESPACE as ns
     else:
-        ns = backend.vjp_namespace(roots[0].data)
+        ns = backend.ARRAY_NAMESPACE
     sweep = Sweep(ns, retain_graph=retain_graph, create_graph=create_graph)
     for root, ct in zip(roots, cotangents):
         if root.node is not None:

@@ -63,6 +63,7 @@ class Tensor:
         return type(self.node) is not Record
 
     shape = property(lambda self: self.data.shape)
+    device = property(lambda self: backend.device_of(self.data), doc='"cpu" or "cuda"')
     ndim = property(lambda self: self.data.ndim)
     size = property(lambda self: self.data.size)
     dtype = property(lambda self: self.data.dtype)
@@ -128,11 +129,11 @@ class Tensor:
     def __repr__(self):
         text = repr(backend.to_host(self.data))
         text = text[text.index("(") + 1 : text.rindex(")")] if text.startswith("array") else text
-        extra = ""
+        extra = "" if self.device == "cpu" else ", device='cuda'"
         if type(self.node) is Record:
-            extra = f", op={self.node.op.name}"
+            extra += f", op={self.node.op.name}"
         elif self.node is not None:
-            extra = ", requires_grad=True"
+            extra += ", requires_grad=True"
         return f"tensor({text}{extra})"
 
 
@@ -158,15 +159,16 @@ def _check_differentiable_dtype(dtype):
         )
 
 
-def tensor(data, requires_grad=False, dtype=None) -> Tensor:
+def tensor(data, requires_grad=False, dtype=None, device=None) -> Tensor:
     """A new Tensor holding a copy of ``data`` (list, scalar, NumPy or CuPy array, Tensor).
 
     ``requires_grad=True`` makes it a leaf whose gradient backward() fills in;
-    it needs a floating-point dtype.
+    it needs a floating-point dtype.  ``device`` is "cpu" or "cuda" (default:
+    where ``data`` is; the CPU for lists and scalars).
     """
     if isinstance(data, Tensor):
         data = data.data
-    array = backend.asarray(data, dtype=dtype)
+    array = backend.asarray(data, dtype=dtype, device=device)
     if requires_grad:
         _check_differentiable_dtype(array.dtype)
     return Tensor(array, requires_grad=requires_grad)

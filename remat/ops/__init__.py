@@ -31,7 +31,7 @@ from .index import getitem, scatter_add
 from .linalg import einsum, matmul
 from .nn import log_softmax, relu, sigmoid, softmax
 from .reduce import logsumexp, max, mean, min, sum
-from .shape import broadcast_to, concatenate, reshape, stack, swapaxes, transpose
+from .shape import broadcast_to, concatenate, reshape, stack, swapaxes, to_device, transpose
 
 
 def sign(x):
@@ -57,6 +57,7 @@ TENSOR_NAMESPACE = SimpleNamespace(
     transpose=transpose,
     einsum=einsum,
     scatter_add=scatter_add,
+    to_device=to_device,
 )
 
 
@@ -105,6 +106,7 @@ def attach_methods(Tensor):
     Tensor.exp = exp
     Tensor.log = log
     Tensor.tanh = tanh
+    Tensor.to = to_device
 
 
 __all__ = sorted(

@@ -99,9 +99,21 @@ def _shape_error(op, datas, error):
     return ShapeError(f"{op.name}: cannot combine operands of shapes {shapes}: {error}")
 
 
+def _operand_error(op, datas, error):
+    """Why an op refused its operands: two devices, or (the usual case) shapes."""
+    devices = backend.mixed_devices(datas)
+    if devices is not None:
+        return backend.DeviceError(
+            f"{op.name}: operands are on different devices: {devices}; move one with .to()"
+        )
+    if isinstance(error, ValueError):
+        return _shape_error(op, datas, error)
+    return error
+
+
 def _output(out):
     # NumPy returns scalars from full reductions and 0-d ufuncs: keep arrays.
-    return out if type(out) is backend.ndarray else xp.asarray(out)
+    return out if backend.is_array(out) else xp.asarray(out)
 
 
 def unary(op, x, **kw):
@@ -187,8 +199,8 @@ def make_binary(op, name=None, doc=None):
             db, nb = b.data, b.node
         try:
             out = forward(da, db)
-        except ValueError as error:
-            raise _shape_error(op, (da, db), error) from None
+        except (ValueError, TypeError) as error:
+            raise _operand_error(op, (da, db), error) from None
         if type(out) is not ndarray:
             out = _output(out)
         t = new(Tensor)
@@ -234,8 +246,8 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     datas = [t.data if isinstance(t, Tensor) else t for t in tensors]
     try:
         out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
-    except ValueError as error:
-        raise _shape_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
+    except (ValueError, TypeError) as error:
+        raise _operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
     out = _output(out)
     nodes = tuple(t.node if isinstance(t, Tensor) else None for t in tensors)
     if not STATE.grad_enabled or all(n is None for n in nodes):

@@ -41,7 +41,7 @@ def getitem(x, index):
 
 
 def _scatter_add(values, shape, index):
-    return backend.vjp_namespace(values).scatter_add(shape, index, values)
+    return backend.scatter_into(shape, index, values)
 
 
 # The adjoint of getitem as an op of its own, so that a backward through

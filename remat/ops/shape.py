@@ -125,3 +125,22 @@ def stack(tensors, axis=0):
         raise ValueError("stack: needs at least one tensor")
     axis = axis % (tensors[0].ndim + 1)
     return apply(STACK, tensors, {"axis": axis})
+
+
+def _to_device(x, device):
+    return backend.to_device(x, device)
+
+
+TO_DEVICE = defop(
+    "to_device",
+    _to_device,
+    lambda ns, g, ans, x, device, source: ns.to_device(g, source),
+    needs=("",),
+)
+
+
+def to_device(x, device):
+    """The same values on ``device`` ("cpu" or "cuda"); gradients flow back across."""
+    x = as_tensor(x)
+    backend.check_device(device)
+    return apply(TO_DEVICE, (x,), {"device": device}, {"device": device, "source": x.device})
