@@ -1,0 +1,183 @@
+"""How fast is a Revolve schedule generated?  remat against its peers.
+
+Builds and iterates the whole Revolve schedule for n = 10**4, 10**5, 10**6
+steps with s = 10 and s = 30 slots, next to checkpoint_schedules'
+MultistageCheckpointSchedule (same n, same s, x_0's slot included in both)
+and, when it installs, pyrevolve's CRevolve.  A peer that cannot be imported
+is skipped with the reason.  Timings are the median of a few repeats of
+"build the schedule and consume every action"; the forward-step counts come
+from a separate, untimed pass, as does remat's peak memory while iterating
+(tracemalloc), which stays O(s).
+
+    python benchmarks/bench_schedules.py            # full run (about 1-2 min)
+    python benchmarks/bench_schedules.py --quick    # tiny sizes, a smoke test
+
+Peers: pip install checkpoint-schedules pyrevolve
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+from importlib import metadata
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from remat.schedules import Advance, Revolve, Tape, optimal_forward_steps  # noqa: E402
+
+
+def remat_run(n: int, s: int) -> None:
+    for _ in Revolve(n, s):
+        pass
+
+
+def remat_count(n: int, s: int) -> tuple[int, int]:
+    """Forward steps, and peak bytes allocated while iterating."""
+    tracemalloc.start()
+    forward = 0
+    for action in Revolve(n, s):
+        kind = type(action)
+        if kind is Advance or kind is Tape:
+            forward += action[1] - action[0]
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return forward, peak
+
+
+def load_checkpoint_schedules():
+    from checkpoint_schedules import EndReverse, Forward, MultistageCheckpointSchedule
+
+    def run(n: int, s: int) -> None:
+        for action in MultistageCheckpointSchedule(n, s, 0):
+            if type(action) is EndReverse:
+                break
+
+    def count(n: int, s: int) -> int:
+        forward = 0
+        for action in MultistageCheckpointSchedule(n, s, 0):
+            if type(action) is Forward:
+                forward += action.n1 - action.n0
+            elif type(action) is EndReverse:
+                break
+        return forward
+
+    return run, count
+
+
+def load_pyrevolve():
+    from pyrevolve.schedulers import CRevolve
+    from pyrevolve.schedulers.base import Action
+
+    def run(n: int, s: int) -> None:
+        schedule = CRevolve(s, n)  # its constructor already walks the schedule once
+        while schedule.next().type != Action.TERMINATE:
+            pass
+
+    def count(n: int, s: int) -> int:
+        schedule = CRevolve(s, n)
+        advances = 0
+        while (action := schedule.next()).type != Action.TERMINATE:
+            if action.type in (Action.ADVANCE, Action.LASTFW):
+                advances += action.capo - action.old_capo
+        return advances + n  # its advances exclude the n taped evaluations
+
+    return run, count
+
+
+def load_peers():
+    peers = {}
+    for name, loader in (
+        ("checkpoint_schedules", load_checkpoint_schedules),
+        ("pyrevolve", load_pyrevolve),
+    ):
+        try:
+            peers[name] = loader()
+        except Exception as error:  # a peer that does not import is skipped
+            print(f"skipping {name}: {type(error).__name__}: {error}")
+    return peers
+
+
+def median_seconds(run, n: int, s: int, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(n, s)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats below n = 10**6")
+    parser.add_argument(
+        "--pyrevolve-max",
+        type=int,
+        default=10**5,
+        help="largest n given to pyrevolve (it needs about a minute at 10**6)",
+    )
+    args = parser.parse_args()
+    sizes = (100, 1000) if args.quick else (10**4, 10**5, 10**6)
+    print(f"python {platform.python_version()} ({platform.python_implementation()})")
+    print(
+        f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs"
+    )
+    for package in ("checkpoint-schedules", "pyrevolve"):
+        print(f"{package} {version(package)}")
+    peers = load_peers()
+    print()
+    print(
+        "| n | s | remat s | checkpoint_schedules s | ratio | pyrevolve s "
+        "| forward steps remat / c_s / pyrevolve / T(n,s) | remat peak KiB |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        repeats = 1 if n >= 10**6 else args.repeats
+        for s in (10, 30):
+            ours = median_seconds(remat_run, n, s, repeats)
+            forward, peak = remat_count(n, s)
+            cells, counts = {}, {}
+            for name, (run, count) in peers.items():
+                if name == "pyrevolve" and n > args.pyrevolve_max:
+                    continue
+                cells[name] = median_seconds(run, n, s, repeats)
+                counts[name] = count(n, s)
+            cs = cells.get("checkpoint_schedules")
+            ratio = f"{cs / ours:.1f}x" if cs else "-"
+            cs_cell = f"{cs:.3f}" if cs else "skipped"
+            pr = cells.get("pyrevolve")
+            pr_cell = f"{pr:.3f}" if pr else "skipped"
+            if "pyrevolve" in peers and n > args.pyrevolve_max:
+                pr_cell = "not run (n > --pyrevolve-max)"
+            count_cell = " / ".join(
+                str(value)
+                for value in (
+                    forward,
+                    counts.get("checkpoint_schedules", "-"),
+                    counts.get("pyrevolve", "-"),
+                    optimal_forward_steps(n, s),
+                )
+            )
+            print(
+                f"| {n} | {s} | {ours:.3f} | {cs_cell} | {ratio} | {pr_cell} "
+                f"| {count_cell} | {peak / 1024:.1f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Checkpointing schedules: which states to keep, what to recompute, when.
+
+A schedule reverses a loop ``x_0 -> x_1 -> ... -> x_n`` with a budget of slots
+for stored states, as a stream of actions (:mod:`.actions`) that the loop
+executor carries out.  Pure Python: no array library is imported here.
+
+* :class:`StoreAll` - tape everything: ``n`` evaluations, ``n`` tapes.
+* :class:`Periodic`, :class:`Sqrt` - store every ``k``-th state, re-tape one
+  segment at a time: at most ``2n`` evaluations (Chen et al. 2016).
+* :class:`Revolve` - optimal binomial checkpointing (Griewank and Walther):
+  ``T(n, s) = n + r*n - C(s + r, s + 1)`` evaluations with ``s`` slots.
+* :class:`Online` - for loops whose length is unknown until they end.
+
+:func:`simulate` checks a schedule and counts its cost; :mod:`.binomial` holds
+the formulas (:func:`beta`, :func:`repetition_number`,
+:func:`optimal_forward_steps`).
+"""
+
+from .actions import (
+    MEMORY,
+    Action,
+    Advance,
+    Discard,
+    End,
+    EndForward,
+    Free,
+    Restore,
+    Reverse,
+    Snapshot,
+    Tape,
+)
+from .binomial import beta, optimal_forward_steps, repetition_number
+from .catalog import SCHEDULE_NAMES, make_schedule
+from .offline import Periodic, Sqrt, StoreAll
+from .online import Online
+from .revolve import Revolve
+from .simulate import ScheduleError, Simulation, simulate
+
+__all__ = [
+    "MEMORY",
+    "SCHEDULE_NAMES",
+    "Action",
+    "Advance",
+    "Discard",
+    "End",
+    "EndForward",
+    "Free",
+    "Online",
+    "Periodic",
+    "Restore",
+    "Reverse",
+    "Revolve",
+    "ScheduleError",
+    "Simulation",
+    "Snapshot",
+    "Sqrt",
+    "StoreAll",
+    "Tape",
+    "beta",
+    "make_schedule",
+    "optimal_forward_steps",
+    "repetition_number",
+    "simulate",
+]

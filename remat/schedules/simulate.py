@@ -1,0 +1,302 @@
+"""Run a schedule on paper: check every rule and count what it costs.
+
+``simulate`` plays the executor without evaluating anything.  It tracks the
+current position, which steps are taped, which slots hold which state and
+which step must be reversed next, and refuses the first action that breaks a
+rule with a :class:`ScheduleError` naming the action, its index, the rule and
+what was expected.  The counts it returns are the schedule's cost model:
+``forward_steps`` counts every evaluation of a step, taped or not (a store-all
+schedule has ``forward_steps == n``; Revolve reaches ``T(n, s)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .actions import (
+    MEMORY,
+    Advance,
+    Discard,
+    End,
+    EndForward,
+    Free,
+    Restore,
+    Reverse,
+    Snapshot,
+    Tape,
+)
+from .arguments import require_count
+
+
+class ScheduleError(ValueError):
+    """A schedule broke a rule of the action vocabulary."""
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """What a schedule costs.
+
+    ``forward_steps = advances + taped_steps``; ``peak_snapshots`` is the most
+    slots in use at once and ``peak_tapes`` the most taped steps alive at once.
+    """
+
+    steps: int
+    forward_steps: int
+    advances: int
+    taped_steps: int
+    reversed_steps: int
+    peak_snapshots: int
+    peak_tapes: int
+    actions: int
+
+
+def simulate(schedule, steps: int | None = None) -> Simulation:
+    """Validate ``schedule`` action by action and count its cost.
+
+    ``steps`` is required for an online schedule (``schedule.steps is None``):
+    the simulated loop ends after that many steps, and ``finish`` is called
+    right after the ``Tape`` that produces ``x_steps``.  For other schedules it
+    may be given and must then equal ``schedule.steps``.
+    """
+    if schedule.steps is None:
+        if steps is None:
+            raise ValueError(
+                f"simulate: steps is required for {schedule!r}, which learns the "
+                f"loop length only when the loop ends"
+            )
+        n = require_count("simulate", "steps", steps)
+    else:
+        n = schedule.steps
+        if steps is not None and steps != n:
+            raise ValueError(f"simulate: steps={steps!r} contradicts {schedule!r} (steps={n})")
+    run = _Run(n, schedule.snapshots)
+    actions = iter(schedule)
+    finish = getattr(actions, "finish", None)
+    index = -1
+    for index, action in enumerate(actions):
+        if run.ended:
+            run.fail(index, action, "the schedule went on after End()", "End() is last")
+        run.apply(index, action)
+        if finish is not None and run.current == n and not run.forward_over:
+            finish(n)
+            finish = None
+    if not run.ended:
+        raise ScheduleError(
+            f"after action #{index}: the schedule stopped without End() "
+            f"({run.next_reverse + 1} steps still to reverse)"
+        )
+    return Simulation(
+        steps=n,
+        forward_steps=run.advances + run.taped_steps,
+        advances=run.advances,
+        taped_steps=run.taped_steps,
+        reversed_steps=n,
+        peak_snapshots=run.peak_snapshots,
+        peak_tapes=run.peak_tapes,
+        actions=index + 1,
+    )
+
+
+def _describe(steps) -> str:
+    steps = sorted(steps)
+    if not steps:
+        return "none"
+    if len(steps) > 6:
+        return f"{len(steps)} steps from {steps[0]} to {steps[-1]}"
+    return ", ".join(map(str, steps))
+
+
+class _Run:
+    """The executor's state, as far as the rules are concerned."""
+
+    def __init__(self, n: int, budget: int) -> None:
+        self.n = n
+        self.budget = budget
+        self.current: int | None = 0
+        self.taped: set[int] = set()
+        self.slots: dict[int, int] = {}  # slot -> stored position
+        self.next_reverse = n - 1
+        self.forward_over = False
+        self.ended = False
+        self.advances = 0
+        self.taped_steps = 0
+        self.peak_snapshots = 0
+        self.peak_tapes = 0
+
+    def fail(self, index: int, action, problem: str, rule: str):
+        raise ScheduleError(f"action #{index} {action!r}: {problem}; {rule}")
+
+    def apply(self, index: int, action) -> None:
+        kind = type(action)
+        if kind is Advance or kind is Tape:
+            self._evaluate(index, action, taped=kind is Tape)
+        elif kind is Reverse:
+            self._reverse(index, action)
+        elif kind is Restore:
+            step, slot, level = action
+            self._check_slot(index, action, slot, level)
+            if self.slots.get(slot) != step:
+                held = self.slots.get(slot)
+                what = "is empty" if held is None else f"holds x_{held}"
+                self.fail(index, action, f"slot {slot} {what}", f"Restore needs x_{step}")
+            self.current = step
+        elif kind is Snapshot:
+            step, slot, level = action
+            self._check_slot(index, action, slot, level)
+            if self.current != step:
+                self.fail(
+                    index,
+                    action,
+                    f"the current state is {self._where()}",
+                    f"a Snapshot stores the current state, which must be x_{step}",
+                )
+            self.slots[slot] = step
+            self.peak_snapshots = max(self.peak_snapshots, len(self.slots))
+        elif kind is Free:
+            slot, level = action
+            self._check_slot(index, action, slot, level)
+            if slot not in self.slots:
+                self.fail(index, action, f"slot {slot} is empty", "only a slot in use can be freed")
+            del self.slots[slot]
+        elif kind is Discard:
+            start, stop = action
+            self._check_range(index, action, start, stop)
+            missing = set(range(start, stop)) - self.taped
+            if missing:
+                self.fail(
+                    index,
+                    action,
+                    f"steps {_describe(missing)} are not taped",
+                    "only taped steps can be discarded",
+                )
+            self.taped.difference_update(range(start, stop))
+        elif kind is EndForward:
+            self._end_forward(index, action)
+        elif kind is End:
+            self._end(index, action)
+        else:
+            self.fail(
+                index,
+                action,
+                f"unknown action type {kind.__name__}",
+                "schedules yield remat.schedules actions",
+            )
+
+    def _where(self) -> str:
+        return "undefined" if self.current is None else f"x_{self.current}"
+
+    def _check_range(self, index: int, action, start: int, stop: int) -> None:
+        if not 0 <= start < stop <= self.n:
+            self.fail(
+                index,
+                action,
+                f"the range [{start}, {stop}) is empty or outside the loop",
+                f"steps run from 0 to {self.n - 1}",
+            )
+
+    def _check_slot(self, index: int, action, slot: int, level: str) -> None:
+        if level != MEMORY:
+            self.fail(
+                index, action, f"unknown storage level {level!r}", f"the only level is {MEMORY!r}"
+            )
+        if not 0 <= slot < self.budget:
+            self.fail(
+                index,
+                action,
+                f"slot {slot} is outside the budget",
+                f"slots run from 0 to {self.budget - 1} (budget {self.budget})",
+            )
+
+    def _evaluate(self, index: int, action, taped: bool) -> None:
+        start, stop = action
+        self._check_range(index, action, start, stop)
+        if self.current != start:
+            self.fail(
+                index,
+                action,
+                f"the current state is {self._where()}",
+                f"evaluation must start at the current state, x_{start}",
+            )
+        if taped:
+            again = self.taped.intersection(range(start, stop))
+            if again:
+                self.fail(
+                    index,
+                    action,
+                    f"steps {_describe(again)} are already taped",
+                    "a step is taped again only after its tape is reversed or discarded",
+                )
+            self.taped.update(range(start, stop))
+            self.taped_steps += stop - start
+            self.peak_tapes = max(self.peak_tapes, len(self.taped))
+        else:
+            self.advances += stop - start
+        self.current = stop
+
+    def _reverse(self, index: int, action) -> None:
+        start, stop = action
+        self._check_range(index, action, start, stop)
+        if not self.forward_over:
+            self.fail(
+                index, action, "the forward sweep is not over", "reversal starts after EndForward()"
+            )
+        if stop - 1 != self.next_reverse:
+            expected = (
+                "nothing (all steps are reversed)"
+                if self.next_reverse < 0
+                else f"step {self.next_reverse}"
+            )
+            self.fail(
+                index,
+                action,
+                f"it reverses step {stop - 1} first but the next step to reverse is {expected}",
+                "steps are reversed once each, n-1 down to 0",
+            )
+        missing = set(range(start, stop)) - self.taped
+        if missing:
+            self.fail(
+                index,
+                action,
+                f"steps {_describe(missing)} are not taped (taped steps: {_describe(self.taped)})",
+                "a step must be taped before it is reversed",
+            )
+        self.taped.difference_update(range(start, stop))
+        self.next_reverse = start - 1
+        self.current = None
+
+    def _end_forward(self, index: int, action) -> None:
+        if self.forward_over:
+            self.fail(index, action, "the forward sweep is already over", "EndForward() comes once")
+        if self.current != self.n:
+            self.fail(
+                index,
+                action,
+                f"the current state is {self._where()}",
+                f"the forward sweep ends at x_{self.n}",
+            )
+        if self.n - 1 not in self.taped:
+            self.fail(
+                index,
+                action,
+                f"step {self.n - 1} is not taped",
+                "the last step must be taped when the forward sweep ends",
+            )
+        self.forward_over = True
+
+    def _end(self, index: int, action) -> None:
+        if self.next_reverse >= 0:
+            self.fail(
+                index,
+                action,
+                f"steps {self.next_reverse} down to 0 are not reversed",
+                "End() comes after every step is reversed",
+            )
+        if self.taped or self.slots:
+            self.fail(
+                index,
+                action,
+                f"still held: tapes of steps {_describe(self.taped)}, "
+                f"slots {_describe(self.slots)}",
+                "release everything before End()",
+            )
+        self.ended = True
