@@ -62,8 +62,15 @@ class Policy:
         return schedules.make_schedule(self.schedule, steps=steps, snapshots=self.snapshots)
 
     def online(self):
-        if isinstance(self.schedule, schedules.Online):
+        if not isinstance(self.schedule, str):
+            if self.schedule.steps is not None:
+                raise ValueError(
+                    f"tape.loop(until=...): the tape's schedule {self.schedule!r} is for a known "
+                    "length; a loop of unknown length needs Online(snapshots) or StoreAll()"
+                )
             return self.schedule
+        if self.schedule == "store_all":
+            return schedules.StoreAll()  # tapes every step until the loop ends
         if self.snapshots is None:
             raise ValueError(
                 "tape.loop(until=...) reverses a loop of unknown length with online "
@@ -86,8 +93,13 @@ def resolve_policy(snapshots, schedule):
                 f"Tape: unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULE_NAMES)} "
                 "or pass a schedule object from remat.schedules"
             )
-        if schedule in ("revolve", "online") and snapshots is None:
+        if schedule in ("revolve", "online", "periodic") and snapshots is None:
             raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
+        if schedule in ("store_all", "sqrt") and snapshots is not None:
+            raise ValueError(
+                f"Tape: schedule={schedule!r} takes no snapshots (sqrt picks about sqrt(n) "
+                "itself); a budget goes with revolve, periodic or online"
+            )
         return Policy(schedule, snapshots)
     if not hasattr(schedule, "__iter__"):
         raise ValueError(f"Tape: schedule must be a name or a schedule object, got {schedule!r}")

@@ -75,6 +75,39 @@ def test_online_gives_store_alls_gradients_bit_for_bit(n, s):
         assert np.array_equal(g, ref)
 
 
+def test_until_without_a_budget_stores_everything():
+    want = loop_gradients(rm.Tape(), 9)
+    w, b, h0 = make_params()
+    h = h0 * 1.5
+    tape = rm.Tape()
+    steps_left = iter(range(8, -1, -1))
+    h = tape.loop(residual_step(w, b), h, until=lambda _: next(steps_left) == 0)
+    ((h * h).sum() + (w * w).sum()).backward()
+    assert tape.stats.steps == tape.stats.forward_steps == 9
+    for g, ref in zip((w.grad, b.grad, h0.grad), want):
+        assert np.array_equal(g, ref)
+
+
+def test_max_steps_ends_an_online_loop():
+    w, b, h0 = make_params()
+    tape = rm.Tape(snapshots=3)
+    tape.loop(residual_step(w, b), h0, until=lambda h: False, max_steps=12)
+    assert tape.stats.steps == 12
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(schedule="sqrt", snapshots=4), "takes no snapshots"),
+        (dict(schedule="periodic"), "needs a budget"),
+        (dict(schedule="online"), "needs a budget"),
+    ],
+)
+def test_budget_and_schedule_must_fit(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rm.Tape(**kwargs)
+
+
 def test_checkpointed_gradients_match_finite_differences():
     w0, b0, h00 = (t.data.copy() for t in make_params())
 
