@@ -177,10 +177,9 @@ class Holdings:
 class StepTape:
     """The recording of one step: its input leaves, its outputs, and what it saved."""
 
-    __slots__ = ("index", "inputs", "outputs", "floor", "saved")
+    __slots__ = ("inputs", "outputs", "floor", "saved")
 
-    def __init__(self, index, inputs, outputs, floor, saved):
-        self.index = index
+    def __init__(self, inputs, outputs, floor, saved):
         self.inputs = inputs  # leaf Tensors standing for x_i
         self.outputs = outputs  # Tensors of x_{i+1}, whose records lead back to inputs
         self.floor = floor  # first sequence number recorded by this step
@@ -258,7 +257,7 @@ LOOP = Op("loop", None, (), None, custom_backward=_loop_backward)
 class LoopRun:
     """One execution of ``tape.loop``: the schedule's actions, carried out."""
 
-    def __init__(self, tape, step, schedule, x0, structure, until=None, max_steps=None):
+    def __init__(self, tape, step, schedule, x0, x0_nodes, structure, until, max_steps):
         self.tape = tape
         self.step = step
         self.schedule = schedule
@@ -272,7 +271,9 @@ class LoopRun:
         self.until = until
         self.max_steps = max_steps
         self.online_forward = until is not None  # until the loop's end is known
+        self.x0_nodes = x0_nodes  # where the initial state's gradient goes
         self.position = 0
+        self.evaluating = None  # the step being evaluated, for error messages
         self.current = (x0, backend.random_state())  # (arrays, rng state) of x_position
         self.slots = {}  # (level, slot) -> (step, arrays, rng state)
         self.tapes = {}  # step index -> StepTape
@@ -299,6 +300,7 @@ class LoopRun:
         else:
             inputs = tuple(Tensor(a) for a in arrays)
         state = inputs[0] if self.structure == "tensor" else inputs
+        self.evaluating = i
         self.stats.forward_steps += 1
         out = self.step(state)
         outputs = self.check_output(i, out)
@@ -362,7 +364,7 @@ class LoopRun:
                 arrays, inputs, outputs = self.call_step(i, arrays, taped=True)
             saved, external = _scan_step(recorder.records, floor, inputs)
             self.uses_parameters = self.uses_parameters or external
-            self.tapes[i] = StepTape(i, inputs, outputs, floor, saved)
+            self.tapes[i] = StepTape(inputs, outputs, floor, saved)
             self.held.hold(saved)
             if self.online_forward and self.stop_online(i + 1, arrays):
                 break
@@ -469,7 +471,7 @@ class LoopRun:
                     raise
                 except Exception as error:
                     raise LoopError(
-                        f"tape.loop: step {self.failing_step(action)} raised "
+                        f"tape.loop: step {self.evaluating} raised "
                         f"{type(error).__name__} while being recomputed in backward "
                         f"({action}): {error}"
                     ) from error
@@ -479,9 +481,6 @@ class LoopRun:
         finally:
             backend.set_random_state(rng_after_forward)
             self.release()
-
-    def failing_step(self, action):
-        return self.position if self.position is not None else getattr(action, "start", "?")
 
     def release(self):
         """Drop every snapshot and step tape (after backward, or on an error)."""
@@ -530,7 +529,7 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
     or ``until=predicate`` (checked after each step, with optional
     ``max_steps``) for a loop of unknown length (online checkpointing).
     """
-    if callable(step) is False:
+    if not callable(step):
         raise TypeError(f"tape.loop: step must be callable, got {step!r}")
     if (steps is None) == (until is None):
         raise ValueError("tape.loop: pass exactly one of steps= (a known length) or until=")
@@ -547,8 +546,8 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
         return state
     schedule = tape.policy.online() if until is not None else tape.policy.offline(steps)
     x0 = tuple(t.data for t in tensors)
-    run = LoopRun(tape, step, schedule, x0, structure, until=until, max_steps=max_steps)
-    run.x0_nodes = tuple(t.node for t in tensors)
+    x0_nodes = tuple(t.node for t in tensors)
+    run = LoopRun(tape, step, schedule, x0, x0_nodes, structure, until, max_steps)
     try:
         final = run.run_forward()
     except BaseException:
