@@ -281,7 +281,7 @@ class LoopRun:
         self.cotangent = None  # of x_position during the reverse sweep
         self.uses_parameters = False  # does a taped step reach a tensor needing a gradient?
         self.stats = LoopStats(schedule=_schedule_name(schedule))
-        self.timeline = [] if tape.trace else None  # (evaluations so far, bytes held)
+        self.timeline = [(0, 0)] if tape.trace else None  # (evaluations so far, bytes held)
         self.handlers = {
             schedules.Advance: self.advance,
             schedules.Tape: self.tape_steps,
@@ -350,6 +350,7 @@ class LoopRun:
         with no_grad():
             for i in range(action.start, action.stop):
                 arrays = self.call_step(i, arrays, taped=False)[0]
+                self.mark()
         self.current = (arrays, backend.random_state())
         self.position = action.stop
 
@@ -366,6 +367,7 @@ class LoopRun:
             self.uses_parameters = self.uses_parameters or external
             self.tapes[i] = StepTape(inputs, outputs, floor, saved)
             self.held.hold(saved)
+            self.mark()
             if self.online_forward and self.stop_online(i + 1, arrays):
                 break
         self.current = (arrays, backend.random_state())
@@ -428,10 +430,14 @@ class LoopRun:
         self.position = None
 
     # -- the two sweeps --
-    def carry_out(self, action):
-        self.handlers[type(action)](action)
+    def mark(self):
+        """Note the bytes held now in the timeline (with Tape(trace=True))."""
         if self.timeline is not None:
             self.timeline.append((self.stats.forward_steps, self.held.bytes))
+
+    def carry_out(self, action):
+        self.handlers[type(action)](action)
+        self.mark()
 
     def run_forward(self):
         """Carry out the schedule up to EndForward; return the final state's arrays."""

@@ -93,6 +93,7 @@ def schedule_diagram(schedule, steps=None, ax=None, title=None):
     sim = S.simulate(schedule, steps=steps)
     ax.set_xlabel("time (step evaluations and reversals)")
     ax.set_ylabel("step index")
+    ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title(
         title
         or f"{schedule!r}: {sim.forward_steps} evaluations, {sim.peak_snapshots} snapshots at most"
