@@ -87,8 +87,6 @@ class Variadic:
 
 def as_tensor(value):
     """A Tensor for any operand: Tensors pass through, arrays and lists are copied."""
-    if type(value) is Tensor:
-        return value
     if isinstance(value, Tensor):
         return value
     return Tensor(backend.asarray(value))
@@ -141,7 +139,7 @@ def unary(op, x, **kw):
 # that an op on small arrays costs little more than the NumPy call itself.
 
 
-def make_unary(op, name=None, doc=None):
+def make_unary(op, doc=None):
     """The public function for a one-input primitive: ``f(x) -> Tensor``."""
     forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
     (keep_x,), keep_ans = op.keep[(True,)]
@@ -169,12 +167,12 @@ def make_unary(op, name=None, doc=None):
         )
         return t
 
-    f.__name__ = f.__qualname__ = name or op.name
+    f.__name__ = f.__qualname__ = op.name
     f.__doc__ = doc
     return f
 
 
-def make_binary(op, name=None, doc=None):
+def make_binary(op, doc=None):
     """The public function for a two-input primitive; either input may be a Python scalar."""
     forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
     scalars = (int, float)
@@ -231,7 +229,7 @@ def make_binary(op, name=None, doc=None):
         )
         return t
 
-    f.__name__ = f.__qualname__ = name or op.name
+    f.__name__ = f.__qualname__ = op.name
     f.__doc__ = doc
     return f
 
