@@ -124,12 +124,14 @@ def mlp_params(width, layers, seed=0):
 # measurement) and returns a function doing one forward + backward.
 
 
-def mlp_numpy(x, ws, bs):
+def mlp_numpy(x, ws, bs, xp=np):
+    """The hand-written forward + backward (``xp``: numpy, or cupy on a GPU)."""
+
     def run():
         acts = [x]
         for w, b in zip(ws, bs):
-            acts.append(np.tanh(acts[-1] @ w + b))
-        g = np.ones_like(acts[-1])
+            acts.append(xp.tanh(acts[-1] @ w + b))
+        g = xp.ones_like(acts[-1])
         grads = []
         for layer in reversed(range(len(ws))):
             a = acts.pop()

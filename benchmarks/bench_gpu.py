@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 import remat as rm
+from benchmarks.bench_core import mlp_numpy, mlp_params, mlp_remat
 
 
 def timed(fn, cupy, repeats):
@@ -34,38 +35,12 @@ def timed(fn, cupy, repeats):
 
 
 def mlp(cupy, repeats, batch=1024, width=4096, layers=4):
-    rng = np.random.default_rng(0)
-    ws = [
-        cupy.asarray((rng.standard_normal((width, width)) / width**0.5).astype(np.float32))
-        for _ in range(layers)
-    ]
-    bs = [cupy.zeros(width, np.float32) for _ in range(layers)]
-    x = cupy.asarray(rng.standard_normal((batch, width)).astype(np.float32))
+    ws, bs = mlp_params(width, layers)
+    ws, bs = [cupy.asarray(w) for w in ws], [cupy.asarray(b) for b in bs]
+    x = cupy.asarray(np.random.default_rng(1).standard_normal((batch, width)).astype(np.float32))
 
-    def by_hand():
-        acts = [x]
-        for w, b in zip(ws, bs):
-            acts.append(cupy.tanh(acts[-1] @ w + b))
-        g = cupy.ones_like(acts[-1])
-        grads = []
-        for layer in reversed(range(layers)):
-            a = acts.pop()
-            g = g * (1 - a * a)
-            grads.append((acts[-1].T @ g, g.sum(0)))
-            g = g @ ws[layer].T if layer else None
-        return grads[::-1]
-
-    tw = [rm.tensor(w, requires_grad=True) for w in ws]
-    tb = [rm.tensor(b, requires_grad=True) for b in bs]
-    tx = rm.tensor(x)
-
-    def with_remat():
-        h = tx
-        for w, b in zip(tw, tb):
-            w.grad = b.grad = None
-            h = rm.tanh(h @ w + b)
-        h.sum().backward()
-        return [(w.grad, b.grad) for w, b in zip(tw, tb)]
+    by_hand = mlp_numpy(x, ws, bs, xp=cupy)  # the same code as on the CPU
+    with_remat = mlp_remat(x, ws, bs)
 
     for (gw, gb), (rw, rb) in zip(by_hand(), with_remat()):
         assert cupy.allclose(gw, rw, rtol=1e-3, atol=1e-3)
