@@ -183,8 +183,8 @@ def mlp_contenders():
             return run
 
         contenders["torch eager"] = mlp_torch
-    except ImportError:
-        pass
+    except ImportError as error:
+        skip("torch", error)
     try:
         import autograd
         import autograd.numpy as anp
@@ -200,8 +200,8 @@ def mlp_contenders():
             return lambda: autograd.grad(loss)(params)
 
         contenders["HIPS autograd"] = mlp_autograd
-    except ImportError:
-        pass
+    except ImportError as error:
+        skip("autograd", error)
     try:
         import mygrad as mg
 
@@ -219,8 +219,8 @@ def mlp_contenders():
             return run
 
         contenders["mygrad"] = mlp_mygrad
-    except ImportError:
-        pass
+    except ImportError as error:
+        skip("mygrad", error)
     return contenders
 
 
@@ -257,8 +257,9 @@ def run(quick=False):
     ]
     text, _ = bench_chain(repeats)
     out += [f"### 1. Chain of {N_OPS} small ops (16 float64), forward + backward", "", text, ""]
-    text, _ = bench_mlp(repeats, batch=32 if quick else 256, width=128 if quick else 1024)
-    out += ["### 2. 4-layer tanh MLP, batch 256, width 1024, float32", "", text, ""]
+    batch, width = (32, 128) if quick else (256, 1024)
+    text, _ = bench_mlp(repeats, batch=batch, width=width)
+    out += [f"### 2. 4-layer tanh MLP, batch {batch}, width {width}, float32", "", text, ""]
     return "\n".join(out)
 
 

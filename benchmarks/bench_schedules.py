@@ -9,27 +9,20 @@ is skipped with the reason.  Timings are the median of a few repeats of
 from a separate, untimed pass, as does remat's peak memory while iterating
 (tracemalloc), which stays O(s).
 
-    python benchmarks/bench_schedules.py            # full run (about 1-2 min)
-    python benchmarks/bench_schedules.py --quick    # tiny sizes, a smoke test
+    python -m benchmarks.bench_schedules            # full run (about 1-2 min)
+    python -m benchmarks.bench_schedules --quick    # tiny sizes, a smoke test
 
 Peers: pip install checkpoint-schedules pyrevolve
 """
 
-from __future__ import annotations
+from benchmarks.common import environment, skip, table  # noqa: I001
 
 import argparse
-import os
-import platform
 import statistics
-import sys
 import time
 import tracemalloc
-from importlib import metadata
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from remat.schedules import Advance, Revolve, Tape, optimal_forward_steps  # noqa: E402
+from remat.schedules import Advance, Revolve, Tape, optimal_forward_steps
 
 
 def remat_run(n: int, s: int) -> None:
@@ -98,8 +91,8 @@ def load_peers():
     ):
         try:
             peers[name] = loader()
-        except Exception as error:  # a peer that does not import is skipped
-            print(f"skipping {name}: {type(error).__name__}: {error}")
+        except Exception as error:  # a peer that does not import is skipped, with the reason
+            skip(name, f"{type(error).__name__}: {error}")
     return peers
 
 
@@ -112,14 +105,70 @@ def median_seconds(run, n: int, s: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+def run(quick=False, repeats=3, pyrevolve_max=10**5):
+    """The comparison as markdown (pyrevolve needs about a minute a case at 10**6)."""
+    sizes = (100, 1000) if quick else (10**4, 10**5, 10**6)
+    peers = load_peers()
+    rows = []
+    for n in sizes:
+        reps = 1 if n >= 10**6 else repeats
+        for s in (10, 30):
+            ours = median_seconds(remat_run, n, s, reps)
+            forward, peak = remat_count(n, s)
+            cells, counts, seconds = {}, {}, {}
+            for name, (peer_run, count) in peers.items():
+                if name == "pyrevolve" and n > pyrevolve_max:
+                    cells[name] = f"not run (n > {pyrevolve_max})"
+                    continue
+                seconds[name] = median_seconds(peer_run, n, s, reps)
+                cells[name] = f"{seconds[name]:.3f}"
+                counts[name] = count(n, s)
+            cs = cells.get("checkpoint_schedules")
+            ratio = f"{seconds['checkpoint_schedules'] / ours:.1f}x" if cs else "-"
+            steps = [
+                forward,
+                counts.get("checkpoint_schedules", "-"),
+                counts.get("pyrevolve", "-"),
+                optimal_forward_steps(n, s),
+            ]
+            rows.append(
+                (
+                    n,
+                    s,
+                    f"{ours:.3f}",
+                    cs or "skipped",
+                    ratio,
+                    cells.get("pyrevolve", "skipped"),
+                    " / ".join(map(str, steps)),
+                    f"{peak / 1024:.1f}",
+                )
+            )
+    headers = [
+        "n",
+        "s",
+        "remat s",
+        "checkpoint_schedules s",
+        "speed-up",
+        "pyrevolve s",
+        "forward steps remat / c_s / pyrevolve / T(n,s)",
+        "remat peak KiB",
+    ]
+    return "\n".join(
+        [
+            "## Schedule generation (`python -m benchmarks schedules`)",
+            "",
+            environment(("remat", "checkpoint-schedules", "pyrevolve")),
+            "",
+            "Seconds to build and iterate a whole Revolve schedule (median of repeats; one "
+            "repeat at n = 10**6).",
+            "",
+            table(headers, rows),
+            "",
+        ]
+    )
 
 
-def main() -> None:
+if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats below n = 10**6")
@@ -130,54 +179,4 @@ def main() -> None:
         help="largest n given to pyrevolve (it needs about a minute at 10**6)",
     )
     args = parser.parse_args()
-    sizes = (100, 1000) if args.quick else (10**4, 10**5, 10**6)
-    print(f"python {platform.python_version()} ({platform.python_implementation()})")
-    print(
-        f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs"
-    )
-    for package in ("checkpoint-schedules", "pyrevolve"):
-        print(f"{package} {version(package)}")
-    peers = load_peers()
-    print()
-    print(
-        "| n | s | remat s | checkpoint_schedules s | ratio | pyrevolve s "
-        "| forward steps remat / c_s / pyrevolve / T(n,s) | remat peak KiB |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for n in sizes:
-        repeats = 1 if n >= 10**6 else args.repeats
-        for s in (10, 30):
-            ours = median_seconds(remat_run, n, s, repeats)
-            forward, peak = remat_count(n, s)
-            cells, counts = {}, {}
-            for name, (run, count) in peers.items():
-                if name == "pyrevolve" and n > args.pyrevolve_max:
-                    continue
-                cells[name] = median_seconds(run, n, s, repeats)
-                counts[name] = count(n, s)
-            cs = cells.get("checkpoint_schedules")
-            ratio = f"{cs / ours:.1f}x" if cs else "-"
-            cs_cell = f"{cs:.3f}" if cs else "skipped"
-            pr = cells.get("pyrevolve")
-            pr_cell = f"{pr:.3f}" if pr else "skipped"
-            if "pyrevolve" in peers and n > args.pyrevolve_max:
-                pr_cell = "not run (n > --pyrevolve-max)"
-            count_cell = " / ".join(
-                str(value)
-                for value in (
-                    forward,
-                    counts.get("checkpoint_schedules", "-"),
-                    counts.get("pyrevolve", "-"),
-                    optimal_forward_steps(n, s),
-                )
-            )
-            print(
-                f"| {n} | {s} | {ours:.3f} | {cs_cell} | {ratio} | {pr_cell} "
-                f"| {count_cell} | {peak / 1024:.1f} |",
-                flush=True,
-            )
-
-
-if __name__ == "__main__":
-    main()
+    print(run(args.quick, args.repeats, args.pyrevolve_max))

@@ -95,7 +95,7 @@ def measure(workload_name, steps, snapshots, name):
     seconds = time.perf_counter() - start
     traced = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
-    budget = tape.loops[0].schedule.snapshots
+    budget = tape.stats.snapshots
     # The binomial optimum assumes one step's tape at a time; sqrt keeps a whole
     # segment's tapes, so it sits outside that model (no optimum to check).
     if name == "store_all":

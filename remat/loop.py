@@ -109,15 +109,22 @@ def resolve_policy(snapshots, schedule):
 # --- counting -------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class LoopStats:
-    """What one loop (or all loops of a tape, added up) did, counted as it ran."""
+    """What one loop (or all loops of a tape, added up) did, counted as it ran.
+
+    ``snapshots`` is the schedule's slot budget; ``timeline`` lists
+    (step evaluations so far, bytes held) after every step and action when the
+    tape was made with ``trace=True`` (else it is None).
+    """
 
     steps: int = 0
     forward_steps: int = 0
     peak_snapshots: int = 0
     peak_bytes: int = 0
     schedule: str = ""
+    snapshots: int = 0
+    timeline: list | None = None
 
     @property
     def recomputed_steps(self) -> int:
@@ -132,6 +139,7 @@ class LoopStats:
             peak_snapshots=max((s.peak_snapshots for s in stats), default=0),
             peak_bytes=max((s.peak_bytes for s in stats), default=0),
             schedule=", ".join(s.schedule for s in stats),
+            snapshots=max((s.snapshots for s in stats), default=0),
         )
 
     def __str__(self):
@@ -280,8 +288,11 @@ class LoopRun:
         self.held = Holdings()
         self.cotangent = None  # of x_position during the reverse sweep
         self.uses_parameters = False  # does a taped step reach a tensor needing a gradient?
-        self.stats = LoopStats(schedule=_schedule_name(schedule))
-        self.timeline = [(0, 0)] if tape.trace else None  # (evaluations so far, bytes held)
+        self.stats = LoopStats(
+            schedule=type(schedule).__name__,
+            snapshots=schedule.snapshots,
+            timeline=[(0, 0)] if tape.trace else None,
+        )
         self.handlers = {
             schedules.Advance: self.advance,
             schedules.Tape: self.tape_steps,
@@ -432,8 +443,8 @@ class LoopRun:
     # -- the two sweeps --
     def mark(self):
         """Note the bytes held now in the timeline (with Tape(trace=True))."""
-        if self.timeline is not None:
-            self.timeline.append((self.stats.forward_steps, self.held.bytes))
+        if self.stats.timeline is not None:
+            self.stats.timeline.append((self.stats.forward_steps, self.held.bytes))
 
     def carry_out(self, action):
         self.handlers[type(action)](action)
@@ -495,11 +506,7 @@ class LoopRun:
         self.tapes.clear()
         self.held = Holdings()
         self.current = (None, None)
-        self.outer_sweep = None
-
-
-def _schedule_name(schedule):
-    return type(schedule).__name__
+        self.cotangent = self.outer_sweep = None
 
 
 def _scan_step(records, floor, inputs):
@@ -559,7 +566,7 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
     except BaseException:
         run.release()
         raise
-    tape.loops.append(run)
+    tape.loops.append(run.stats)
     if not STATE.grad_enabled or not _needs_backward(run):
         run.release()
         outputs = tuple(Tensor(a) for a in final)

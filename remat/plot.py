@@ -105,12 +105,12 @@ def schedule_diagram(schedule, steps=None, ax=None, title=None):
 def memory_timeline(tape, ax=None, label=None):
     """Bytes the tape's loops held, over their step evaluations (needs ``trace=True``)."""
     fig, ax = _axes(ax)
-    for run in tape.loops:
-        if not run.timeline:
+    for stats in tape.loops:
+        if not stats.timeline:
             raise ValueError("memory_timeline needs a tape made with rm.Tape(..., trace=True)")
-        xs = [t for t, _ in run.timeline]
-        ys = [b / 2**20 for _, b in run.timeline]
-        ax.step(xs, ys, where="post", label=label or run.stats.schedule)
+        xs = [t for t, _ in stats.timeline]
+        ys = [b / 2**20 for _, b in stats.timeline]
+        ax.step(xs, ys, where="post", label=label or stats.schedule)
     ax.set_xlabel("time (step evaluations)")
     ax.set_ylabel("MiB held by the loop")
     ax.legend(fontsize=8, frameon=False)

@@ -147,7 +147,7 @@ class Tape:
         self.policy = resolve_policy(snapshots, schedule)
         self.snapshots = snapshots
         self.schedule = schedule
-        self.loops = []
+        self.loops = []  # the LoopStats of each loop run on this tape
         self.trace = trace
         self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)
         self._outer = []
@@ -175,7 +175,7 @@ class Tape:
         """Counts of the loops run on this tape (see :class:`remat.loop.LoopStats`)."""
         from .loop import LoopStats
 
-        return LoopStats.combine([loop.stats for loop in self.loops])
+        return LoopStats.combine(self.loops)
 
     def saved_bytes(self) -> int:
         """Bytes that the records on this tape hold for backward right now."""

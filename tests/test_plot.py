@@ -32,6 +32,7 @@ def test_memory_timeline_needs_a_traced_tape(tmp_path):
     tape = rm.Tape(snapshots=3, trace=True)
     workload.loss_and_gradients(tape)
     timeline = tape.loops[0].timeline
+    assert timeline[0] == (0, 0)
     assert timeline[-1][0] == tape.stats.forward_steps
     assert max(b for _, b in timeline) == tape.stats.peak_bytes
     plot.memory_timeline(tape).savefig(tmp_path / "m.png")

@@ -1,0 +1,71 @@
+"""Smoke test: every benchmark runs at tiny sizes and prints its table.
+
+Peers (torch, autograd, mygrad, checkpoint_schedules, pyrevolve, matplotlib)
+are optional: a benchmark skips a missing one and says so, and this file
+passes with none of them installed.
+"""
+
+import importlib.util
+
+import pytest
+
+import benchmarks.__main__ as runner
+
+HEADERS = {
+    "core": ["| contender | us per op (fwd+bwd) |"],
+    "schedules": ["| n | s | remat s |"],
+    "loop": [
+        "| s | forward_steps | predicted ratio (forward steps) | refined prediction |",
+        "| contender | s (fwd+bwd) | time ratio | forward_steps |",
+    ],
+    "online": ["| n | s | offline optimum T(n, s) | remat Online |"],
+    "logn": ["| n | s = ceil(log2 n) | forward_steps / n |"],
+}
+
+
+@pytest.mark.parametrize("name", runner.MODULES)
+def test_quick_run_prints_its_table(name):
+    text = runner.run_benchmark(name, quick=True)
+    for header in HEADERS[name]:
+        assert header in text
+    assert "|---|" in text
+    if name == "loop":  # torch is compared with, or its absence explained
+        has_torch = importlib.util.find_spec("torch") is not None
+        assert ("torch checkpoint_sequential" if has_torch else "torch skipped: ") in text
+
+
+def test_logn_plot_is_drawn(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib")
+    from benchmarks import bench_logn
+
+    path = tmp_path / "logn.png"
+    bench_logn.plot(bench_logn.bench(range(4, 6)), path)
+    assert path.stat().st_size > 0
+
+
+def test_write_replaces_only_what_was_rerun(tmp_path, monkeypatch):
+    results = tmp_path / "RESULTS.md"
+    results.write_text(
+        "# old\n\n## Where remat is behind\n\nslow here.\n\n"
+        "## Online (`python -m benchmarks online`)\n\nold online\n\n"
+        "## Logn (`python -m benchmarks logn`)\n\nold logn\n"
+    )
+    monkeypatch.setattr(runner, "RESULTS", results)
+    runner.write_results(
+        "python -m benchmarks online", {"online": "## Online (`python -m benchmarks online`)\n\n2"}
+    )
+    text = results.read_text()
+    assert "## Where remat is behind\n\nslow here.\n" in text
+    assert "\n2\n" in text and "old online" not in text and "old logn" in text
+    assert text.index("Online") < text.index("Logn")  # in the order of MODULES
+    assert "`python -m benchmarks online`" in text
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["nonsense"], "unknown benchmark nonsense"), (["--quick", "--write"], "drop --quick")],
+)
+def test_bad_arguments_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        runner.main(argv)
+    assert message in capsys.readouterr().err
