@@ -239,10 +239,10 @@ class StateCotangent:
         return StateCotangent(parts, self.shape)
 
 
-def _select_vjp(ns, g, ans, run, index):
-    parts = [None] * run.width
+def _select_vjp(ns, g, ans, _, index, width, shape):
+    parts = [None] * width
     parts[index] = g
-    return StateCotangent(parts, run.record_shape)
+    return StateCotangent(parts, shape)
 
 
 # Loop outputs: one `loop_output` record per state component, each pointing at
@@ -302,6 +302,11 @@ class LoopRun:
             schedules.Restore: self.restore,
             schedules.Free: self.free,
         }
+
+    @property
+    def nbytes(self):
+        """Bytes the loop holds now (snapshots and step tapes): what its record saves."""
+        return self.held.bytes
 
     # -- evaluating steps --
     def call_step(self, i, arrays, taped):
@@ -573,9 +578,10 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
     else:
         with tape:
             record = Record(LOOP, run.x0_nodes, (run,), None, None, run.record_shape)
+            select = {"width": run.width, "shape": run.record_shape}
             outputs = tuple(
                 Tensor._from_record(
-                    a, Record(SELECT, (record,), (run,), None, {"index": k}, a.shape)
+                    a, Record(SELECT, (record,), (None,), None, {"index": k, **select}, a.shape)
                 )
                 for k, a in enumerate(final)
             )

@@ -361,8 +361,11 @@ def test_tape_lists_the_loop_as_one_record():
     with rm.Tape(snapshots=3) as tape:
         h = tape.loop(residual_step(w, b), h0, steps=10)
         (h * h).sum()
-    names = [line.split()[1] for line in str(tape).splitlines()[1:]]
-    assert names == ["loop", "loop_output", "multiply", "sum"]
+    lines = str(tape).splitlines()[1:]
+    assert [line.split()[1] for line in lines] == ["loop", "loop_output", "multiply", "sum"]
+    # the loop's record holds its snapshots and the last step's tape
+    assert f"{tape.records[0].saved_bytes()} B saved" in lines[0]
+    assert tape.records[0].saved_bytes() >= 3 * h0.data.nbytes
 
 
 def test_a_tape_reused_for_many_loops_holds_no_arrays():
