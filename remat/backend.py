@@ -234,27 +234,46 @@ ARRAY_NAMESPACE = ArrayNamespace(np)
 # see the same numbers for the same seed.
 
 _generator = np.random.Generator(np.random.PCG64(0))
+_draws = 0  # counts draws (and reseeds), so an unchanged state is recognised cheaply
+_known = None  # (draws, state): the last state read or set, valid while draws agree
 
 
 def seed(n: int) -> None:
-    global _generator
+    global _generator, _draws
     _generator = np.random.Generator(np.random.PCG64(n))
+    _draws += 1
 
 
 def random_state():
-    """A copy of the generator state (a dict, as NumPy gives it)."""
-    return _generator.bit_generator.state
+    """The generator's state (a dict as NumPy gives it; treat it as read-only).
+
+    Reading NumPy's state costs microseconds, and a checkpointed loop asks for
+    it around every action, so an unchanged state is handed out again.
+    """
+    global _known
+    if _known is None or _known[0] != _draws:
+        _known = (_draws, _generator.bit_generator.state)
+    return _known[1]
 
 
 def set_random_state(state) -> None:
+    global _known, _draws
+    if _known is not None and _known[1] is state and _known[0] == _draws:
+        return  # the generator is in this state already
     _generator.bit_generator.state = state
+    _draws += 1
+    _known = (_draws, state)
 
 
 def uniform(low, high, size, dtype, device="cpu"):
+    global _draws
+    _draws += 1
     return to_device(np.asarray(_generator.uniform(low, high, size), dtype=dtype), device)
 
 
 def normal(loc, scale, size, dtype, device="cpu"):
+    global _draws
+    _draws += 1
     return to_device(np.asarray(_generator.normal(loc, scale, size), dtype=dtype), device)
 
 

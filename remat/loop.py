@@ -275,6 +275,7 @@ class LoopRun:
         self.shapes = tuple(a.shape for a in x0)
         self.devices = tuple(backend.device_of(a) for a in x0)
         self.dtypes = tuple(a.dtype for a in x0)
+        self.differentiable = tuple(backend.is_floating(d) for d in self.dtypes)
         self.record_shape = self.shapes if self.width > 1 else self.shapes[0]
         self.until = until
         self.max_steps = max_steps
@@ -310,17 +311,28 @@ class LoopRun:
 
     # -- evaluating steps --
     def call_step(self, i, arrays, taped):
-        """Evaluate step i on ``arrays``; returns (output arrays, input leaves, outputs)."""
-        if taped:
-            inputs = tuple(Tensor(a, requires_grad=backend.is_floating(a.dtype)) for a in arrays)
-        else:
-            inputs = tuple(Tensor(a) for a in arrays)
-        state = inputs[0] if self.structure == "tensor" else inputs
+        """Evaluate step i on ``arrays``; returns (output arrays, input leaves, outputs).
+
+        Taped, the inputs are leaves (for the float components) so that the
+        step's ops are recorded; untaped, they are constants.
+        """
         self.evaluating = i
         self.stats.forward_steps += 1
-        out = self.step(state)
+        if self.structure == "tensor":  # the common case, kept short
+            inputs = (Tensor(arrays[0], taped and self.differentiable[0]),)
+            out = self.step(inputs[0])
+            data = getattr(out, "data", None)
+            if (
+                type(out) is Tensor
+                and data.shape == self.shapes[0]
+                and data.dtype == self.dtypes[0]
+            ):
+                return (data,), inputs, (out,)
+        else:
+            inputs = tuple([Tensor(a, taped and d) for a, d in zip(arrays, self.differentiable)])
+            out = self.step(inputs)
         outputs = self.check_output(i, out)
-        return tuple(t.data for t in outputs), inputs, outputs
+        return tuple([t.data for t in outputs]), inputs, outputs
 
     def check_output(self, i, out):
         if self.structure == "tensor":

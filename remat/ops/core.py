@@ -92,7 +92,14 @@ def as_tensor(value):
     return Tensor(backend.asarray(value))
 
 
+SHAPE_RULES = {}
+"""op name -> f(*operands) explaining, for a human, why their shapes do not fit."""
+
+
 def _shape_error(op, datas, error):
+    rule = SHAPE_RULES.get(op.name)
+    if rule is not None:
+        return ShapeError(rule(*datas))
     shapes = " and ".join(str(getattr(d, "shape", ())) for d in datas)
     return ShapeError(f"{op.name}: cannot combine operands of shapes {shapes}: {error}")
 

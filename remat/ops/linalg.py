@@ -1,6 +1,6 @@
 """Matrix products: matmul (NumPy's rules for 1-D and batched operands) and einsum."""
 
-from .core import ShapeError, Variadic, apply, as_tensor, defop, make_binary, xp
+from .core import SHAPE_RULES, ShapeError, Variadic, apply, as_tensor, defop, make_binary, xp
 
 # Each rule sees only the other operand; the rank of its own operand follows
 # from the cotangent's rank (NumPy drops the axis a 1-D operand contributed).
@@ -22,20 +22,19 @@ def _matmul_vjp_b(ns, g, ans, a, b):
     return ns.matmul(ns.swapaxes(a, -1, -2), g)
 
 
+def _matmul_shapes(a, b):
+    return (
+        f"matmul: shapes {a.shape} and {b.shape} do not align: the last axis of the first "
+        f"operand must equal the {'second-to-last' if b.ndim > 1 else 'only'} axis of the "
+        "second (and neither may be a scalar)"
+    )
+
+
 MATMUL = defop("matmul", xp.matmul, _matmul_vjp_a, _matmul_vjp_b, needs=("1", "0"))
-_matmul = make_binary(MATMUL)
-
-
-def matmul(a, b):
-    """Matrix product with NumPy's rules (1-D operands, broadcast batch axes)."""
-    a, b = as_tensor(a), as_tensor(b)
-    if a.ndim == 0 or b.ndim == 0 or a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
-        raise ShapeError(
-            f"matmul: shapes {a.shape} and {b.shape} do not align: the last axis of the first "
-            f"operand must equal the {'second-to-last' if b.ndim > 1 else 'only'} axis of the "
-            "second (and neither may be a scalar)"
-        )
-    return _matmul(a, b)
+SHAPE_RULES["matmul"] = _matmul_shapes
+matmul = make_binary(
+    MATMUL, doc="Matrix product with NumPy's rules (1-D operands, broadcast batch axes)."
+)
 
 
 def _parse_einsum(subscripts, count):
