@@ -41,7 +41,7 @@ def value_and_grad(f, argnums=0):
                 raise IndexError(f"argnums={argnums} but the function got {len(args)} arguments")
         # Differentiating a derivative: the inputs are on a tape already.
         nested = any(isinstance(a, Tensor) and a.requires_grad for a in args)
-        inputs = [Tensor(a) if backend.is_array(a) else a for a in args]
+        inputs = [Tensor(backend.asarray(a)) if backend.is_array(a) else a for a in args]
         for n in nums:
             a = args[n]
             if nested and isinstance(a, Tensor) and a.requires_grad:

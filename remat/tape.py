@@ -108,7 +108,7 @@ class Leaf:
 
 
 class no_grad:
-    """Context manager (and decorator-free switch) inside which nothing is recorded."""
+    """Context manager inside which no op is recorded (and nothing is kept for backward)."""
 
     def __enter__(self):
         self._was = STATE.grad_enabled
@@ -144,9 +144,7 @@ class Tape:
         from .loop import resolve_policy  # the loop layer sits above the tape
 
         self.records = []
-        self.policy = resolve_policy(snapshots, schedule)
-        self.snapshots = snapshots
-        self.schedule = schedule
+        self.policy = resolve_policy(snapshots, schedule)  # what its loops are reversed with
         self.loops = []  # the LoopStats of each loop run on this tape
         self.trace = trace
         self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)

@@ -186,6 +186,13 @@ def test_hessian_vector_product():
     assert np.allclose(hvp, a @ v + np.exp(x) * v)
 
 
+def test_grad_leaves_the_callers_arrays_writeable():
+    w, x = np.ones(3), np.arange(3.0)
+    rm.grad(lambda w, x: (w * x).sum())(w, x)  # multiply saves x for w's gradient
+    x[0] = 5.0
+    w[0] = 5.0
+
+
 def test_grad_does_not_touch_dot_grad_of_parameters():
     w = rm.tensor(np.ones(2), requires_grad=True)
     rm.grad(lambda x: (x * w).sum())(np.ones(2))
