@@ -166,11 +166,11 @@ from remat.workloads import make_workload
     ),
     code(
         """
-        TAPES = {
-            "store_all": lambda: rm.Tape(trace=True),
-            "sqrt": lambda: rm.Tape(schedule="sqrt", trace=True),
-            "revolve": lambda: rm.Tape(snapshots=S, trace=True),
-            "online": lambda: rm.Tape(snapshots=S, schedule="online", trace=True),
+        TAPES = {  # trace=True also records bytes held over time (for the plot below)
+            "store_all": lambda trace=False: rm.Tape(trace=trace),
+            "sqrt": lambda trace=False: rm.Tape(schedule="sqrt", trace=trace),
+            "revolve": lambda trace=False: rm.Tape(snapshots=S, trace=trace),
+            "online": lambda trace=False: rm.Tape(snapshots=S, schedule="online", trace=trace),
         }
         OPTIMUM = {  # the fewest evaluations for the memory model of each schedule
             "store_all": N,  # every step once
@@ -194,7 +194,9 @@ from remat.workloads import make_workload
             loss, grads = work.loss_and_gradients(tape, online=online)
             traced = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
-            return dict(name=name, tape=tape, stats=tape.stats, loss=loss, grads=grads,
+            traced_tape = TAPES[name](trace=True)  # a traced run, for the timeline
+            work.loss_and_gradients(traced_tape, online=online)
+            return dict(name=name, tape=traced_tape, stats=tape.stats, loss=loss, grads=grads,
                         traced=traced, seconds=min(seconds))
 
 
@@ -273,13 +275,13 @@ from remat.workloads import make_workload
         """
         ## Memory over time
 
-        With `trace=True` the executor records the bytes it holds after every action of
-        the schedule; `remat.plot.memory_timeline` draws them against the number of step
-        evaluations so far. The points are taken *between* actions: store-all's forward
-        sweep is a single action, `Tape(0, 1000)`, so its climb to the peak appears as one
-        vertical jump at 1000 evaluations (and sqrt's segments as smaller jumps). Revolve
-        never holds more than its `S` states and one step tape, while it spends about
-        `4.6 n` evaluations.
+        With `trace=True` the executor records the bytes it holds after every step it
+        evaluates and every action of the schedule; `remat.plot.memory_timeline` draws
+        them against the number of step evaluations so far. Store-all climbs one step tape
+        at a time to its peak and drops at once when its single `Reverse(0, 1000)` has run
+        (reversals are not step evaluations, so they take no width here). Revolve never
+        holds more than its `S` states and one step tape, while it spends about `4.6 n`
+        evaluations.
         """
     ),
     code(
@@ -295,7 +297,7 @@ from remat.workloads import make_workload
         right.set_ylim(0, None)
         right.legend(fontsize=8, frameon=False, loc="lower right")
         right.set_title(f"revolve, S = {S} (linear scale)")
-        fig.suptitle("bytes held by the loop, sampled after each schedule action")
+        fig.suptitle("bytes held by the loop, after each step evaluation and schedule action")
         fig.tight_layout()
         plt.show()
         """

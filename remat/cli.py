@@ -77,16 +77,16 @@ def _progress(items, desc):
     return tqdm(items, desc=desc, leave=False)
 
 
-def _tape_for(name, snapshots):
+def _tape_for(name, snapshots, trace):
     if name in ("store_all", "sqrt"):
-        return Tape(schedule=name, trace=True)
-    return Tape(snapshots=snapshots, schedule=name, trace=True)
+        return Tape(schedule=name, trace=trace)
+    return Tape(snapshots=snapshots, schedule=name, trace=trace)
 
 
-def measure(workload_name, steps, snapshots, name):
+def measure(workload_name, steps, snapshots, name, trace=False):
     """One run of the workload under schedule ``name``: a dict of measured figures."""
     workload = make_workload(workload_name, steps=steps)
-    tape = _tape_for(name, snapshots)
+    tape = _tape_for(name, snapshots, trace)  # a trace costs memory: only for --plot
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
@@ -123,7 +123,7 @@ def compare(args, out=None):
 
         _pyplot()  # fail now, not after the runs, if matplotlib is missing
     rows = [
-        measure(args.workload, args.steps, args.snapshots, name)
+        measure(args.workload, args.steps, args.snapshots, name, trace=bool(args.plot))
         for name in _progress(COMPARED, "schedules")
     ]
     reference = rows[0]["grads"]

@@ -51,8 +51,8 @@ def test_bad_arguments_give_one_line_and_status_2(args, message):
 def test_compare_fails_when_a_gradient_differs(monkeypatch, capsys):
     real = cli.measure
 
-    def tampered(workload, steps, snapshots, name):
-        row = real(workload, steps, snapshots, name)
+    def tampered(workload, steps, snapshots, name, trace=False):
+        row = real(workload, steps, snapshots, name, trace)
         if name == "revolve":
             row["grads"] = [g + 1e-12 for g in row["grads"]]
         return row
