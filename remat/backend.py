@@ -57,12 +57,17 @@ def _cupy():
     return _cupy_module
 
 
-def cuda_available() -> bool:
+def cuda_problem() -> str | None:
+    """Why device 'cuda' cannot be used here, or None when it can."""
     try:
         _cupy()
-    except DeviceError:
-        return False
-    return True
+    except DeviceError as error:
+        return str(error)
+    return None
+
+
+def cuda_available() -> bool:
+    return cuda_problem() is None
 
 
 def namespace(array):

@@ -13,7 +13,7 @@ from remat import backend
 
 from .test_ops import CASES, weighted
 
-CUDA_REASON = "CuPy with an NVIDIA GPU is not available here"
+CUDA_REASON = rm.backend.cuda_problem() or ""
 DEVICES = [
     "cpu",
     pytest.param("cuda", marks=pytest.mark.skipif(not rm.cuda_available(), reason=CUDA_REASON)),
