@@ -391,3 +391,23 @@ def test_a_tape_reused_for_many_loops_holds_no_arrays():
     # tape, and no array: a leaked state would be 32 KiB a loop.
     assert grown < 30 * h0.data.nbytes / 8, grown
     assert tape.stats.steps == 31 * 10
+
+
+def test_loops_nest_and_stay_exact():
+    w, b, _ = make_params(width=4)
+
+    def gradients(outer, inner):
+        w.grad = None
+        h0 = rm.tensor(np.ones((2, 4)), requires_grad=True)
+
+        def outer_step(h):  # each outer step runs a checkpointed loop of its own
+            return rm.Tape(snapshots=inner).loop(residual_step(w, b), h, steps=5) * 0.9
+
+        h = rm.Tape(snapshots=outer).loop(outer_step, h0, steps=7)
+        (h * h).sum().backward()
+        return w.grad.copy(), h0.grad.copy()
+
+    want = gradients(7, 5)  # budgets as large as the loops
+    for outer, inner in [(3, 2), (2, 1), (1, 3)]:
+        for g, ref in zip(gradients(outer, inner), want):
+            assert np.array_equal(g, ref)
