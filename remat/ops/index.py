@@ -21,7 +21,7 @@ def _normalize_index(index):
     return tuple(fixed) if isinstance(index, tuple) else fixed[0]
 
 
-def _getitem(x, index, shape=None):
+def _getitem(x, index):
     return x[index]
 
 
@@ -37,7 +37,10 @@ def getitem(x, index):
     """``x[index]`` with NumPy's basic and advanced indexing."""
     x = as_tensor(x)
     index = _normalize_index(index)
-    return apply(GETITEM, (x,), {"index": index}, {"index": index, "shape": x.shape})
+    try:
+        return apply(GETITEM, (x,), {"index": index}, {"index": index, "shape": x.shape})
+    except IndexError as error:  # still an IndexError: iteration over a Tensor stops on it
+        raise IndexError(f"getitem: {error} (tensor of shape {x.shape})") from None
 
 
 def _scatter_add(values, shape, index):
