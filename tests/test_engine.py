@@ -189,8 +189,7 @@ def test_hessian_vector_product():
 def test_grad_leaves_the_callers_arrays_writeable():
     w, x = np.ones(3), np.arange(3.0)
     rm.grad(lambda w, x: (w * x).sum())(w, x)  # multiply saves x for w's gradient
-    x[0] = 5.0
-    w[0] = 5.0
+    assert x.flags.writeable and w.flags.writeable
 
 
 def test_grad_does_not_touch_dot_grad_of_parameters():

@@ -42,5 +42,11 @@ def test_memory_timeline_needs_a_traced_tape(tmp_path):
         plot.memory_timeline(untraced)
 
 
-def test_budget_curve_renders(tmp_path):
-    plot.budget_curve(100, range(2, 12), state_bytes=1024).savefig(tmp_path / "b.png")
+def test_budget_curve_draws_simulated_points_on_the_optimum(tmp_path):
+    fig = plot.budget_curve(100, range(2, 12), state_bytes=1024)
+    lines = {line.get_label(): line.get_ydata() for line in fig.axes[0].get_lines()}
+    want = [S.optimal_forward_steps(100, s) / 100 for s in range(2, 12)]
+    assert list(lines["binomial optimum"]) == want
+    assert list(lines["Revolve (simulated)"]) == want
+    fig.savefig(tmp_path / "b.png")
+    assert (tmp_path / "b.png").stat().st_size > 1000
