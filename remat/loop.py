@@ -50,16 +50,17 @@ class Policy:
     snapshots: int | None
 
     def offline(self, steps):
-        if not isinstance(self.schedule, str):
-            if getattr(self.schedule, "steps", None) != steps:
+        if not isinstance(self.schedule, str):  # used as given; an online one ends at steps
+            if self.schedule.steps not in (None, steps):
                 raise ValueError(
                     f"tape.loop(steps={steps}): the tape's schedule {self.schedule!r} is for "
                     f"{getattr(self.schedule, 'steps', None)} steps"
                 )
             return self.schedule
-        if self.schedule == "online":
-            raise ValueError("schedule='online' is for loops of unknown length: pass until=")
-        return schedules.make_schedule(self.schedule, steps=steps, snapshots=self.snapshots)
+        if self.schedule == "online":  # it serves a known length too: the loop ends at steps
+            return schedules.Online(snapshots=self.snapshots)
+        budget = None if self.schedule in ("store_all", "sqrt") else self.snapshots
+        return schedules.make_schedule(self.schedule, steps=steps, snapshots=budget)
 
     def online(self):
         if not isinstance(self.schedule, str):
@@ -95,12 +96,7 @@ def resolve_policy(snapshots, schedule):
             )
         if schedule in ("revolve", "online", "periodic") and snapshots is None:
             raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
-        if schedule in ("store_all", "sqrt") and snapshots is not None:
-            raise ValueError(
-                f"Tape: schedule={schedule!r} takes no snapshots (sqrt picks about sqrt(n) "
-                "itself); a budget goes with revolve, periodic or online"
-            )
-        return Policy(schedule, snapshots)
+        return Policy(schedule, snapshots)  # store_all and sqrt size their own memory
     if not hasattr(schedule, "__iter__"):
         raise ValueError(f"Tape: schedule must be a name or a schedule object, got {schedule!r}")
     return Policy(schedule, snapshots if snapshots is not None else schedule.snapshots)
@@ -279,7 +275,7 @@ class LoopRun:
         self.record_shape = self.shapes if self.width > 1 else self.shapes[0]
         self.until = until
         self.max_steps = max_steps
-        self.online_forward = until is not None  # until the loop's end is known
+        self.online_forward = hasattr(self.actions, "finish")  # until the end is known
         self.x0_nodes = x0_nodes  # where the initial state's gradient goes
         self.position = 0
         self.evaluating = None  # the step being evaluated, for error messages
@@ -403,10 +399,12 @@ class LoopRun:
 
     def stop_online(self, n, arrays):
         """After an online step: tell the schedule if the loop has ended at x_n."""
-        with no_grad():
-            inputs = tuple(Tensor(a) for a in arrays)
-            done = bool(self.until(inputs[0] if self.structure == "tensor" else inputs))
-        if done or (self.max_steps is not None and n >= self.max_steps):
+        done = self.max_steps is not None and n >= self.max_steps
+        if not done and self.until is not None:
+            with no_grad():
+                inputs = tuple(Tensor(a) for a in arrays)
+                done = bool(self.until(inputs[0] if self.structure == "tensor" else inputs))
+        if done:
             self.actions.finish(n)
             self.stats.steps = n
             self.online_forward = False
@@ -475,7 +473,7 @@ class LoopRun:
             self.carry_out(action)
         else:
             raise LoopError(f"schedule {self.schedule!r} ended before EndForward")
-        if self.until is None:
+        if not hasattr(self.actions, "finish"):  # online runs counted it at their end
             self.stats.steps = self.position
         self.stats.peak_bytes = self.held.peak
         return self.current[0]
@@ -575,6 +573,8 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
     if steps == 0:
         return state
     schedule = tape.policy.online() if until is not None else tape.policy.offline(steps)
+    if steps is not None and schedule.steps is None:  # an online schedule, on a known length
+        max_steps = steps
     x0 = tuple(t.data for t in tensors)
     x0_nodes = tuple(t.node for t in tensors)
     run = LoopRun(tape, step, schedule, x0, x0_nodes, structure, until, max_steps)

@@ -134,7 +134,9 @@ class Tape:
 
     With ``snapshots`` or ``schedule`` it also carries a snapshot budget for
     :meth:`loop` (see :mod:`remat.loop`): ``Tape(snapshots=s)`` reverses loops
-    with the binomial revolve schedule keeping at most ``s`` states.  With
+    with the binomial revolve schedule keeping at most ``s`` states.  The
+    budget is for revolve, periodic and online; store_all and sqrt size their
+    memory themselves and do not use it.  With
     ``trace=True`` each loop records the bytes it holds after every action
     (for :func:`remat.plot.memory_timeline`).  ``snapshot_device="cpu"``
     keeps snapshots in host memory while the loop runs on the GPU.

@@ -98,7 +98,6 @@ def test_max_steps_ends_an_online_loop():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(schedule="sqrt", snapshots=4), "takes no snapshots"),
         (dict(schedule="periodic"), "needs a budget"),
         (dict(schedule="online"), "needs a budget"),
     ],
@@ -106,6 +105,28 @@ def test_max_steps_ends_an_online_loop():
 def test_budget_and_schedule_must_fit(kwargs, match):
     with pytest.raises(ValueError, match=match):
         rm.Tape(**kwargs)
+
+
+@pytest.mark.parametrize("name", ["store_all", "sqrt", "periodic", "revolve", "online"])
+def test_every_schedule_name_takes_a_budget_and_a_known_length(name):
+    want = loop_gradients(rm.Tape(), 23)
+    tape = rm.Tape(snapshots=4, schedule=name)
+    got = loop_gradients(tape, 23)
+    for g, ref in zip(got, want):
+        assert np.array_equal(g, ref)
+    assert tape.stats.steps == 23
+    if name in ("revolve", "online"):
+        optimum = schedules.optimal_forward_steps(23, 4)
+        assert optimum <= tape.stats.forward_steps <= optimum + 1
+
+
+def test_schedule_objects_on_a_tape():
+    want = loop_gradients(rm.Tape(), 15)
+    for schedule in (schedules.Revolve(15, 3), schedules.Online(3), schedules.StoreAll()):
+        for g, ref in zip(loop_gradients(rm.Tape(schedule=schedule), 15), want):
+            assert np.array_equal(g, ref)
+    with pytest.raises(ValueError, match="is for 16 steps"):
+        loop_gradients(rm.Tape(schedule=schedules.Revolve(16, 3)), 15)
 
 
 def test_checkpointed_gradients_match_finite_differences():
