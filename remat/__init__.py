@@ -12,7 +12,7 @@ This module only re-exports; see the submodules for the ideas.
 from . import random, schedules
 from .backend import DeviceError, cuda_available
 from .functional import GradcheckError, grad, gradcheck, value_and_grad
-from .loop import LoopError, LoopStats
+from .loop import LoopError, LoopStats, StepOutputError
 from .ops import (
     OPS,
     ShapeError,
@@ -53,6 +53,6 @@ from .ops import (
     where,
 )
 from .tape import BackwardError, Record, Tape, enable_grad, no_grad
-from .tensor import Tensor, tensor
+from .tensor import DTypeError, Tensor, tensor
 
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import backend
 from .tape import BackwardError, backward, enable_grad
-from .tensor import Tensor, own_gradients
+from .tensor import DTypeError, Tensor, own_gradients
 
 
 class GradcheckError(AssertionError):
@@ -48,7 +48,7 @@ def value_and_grad(f, argnums=0):
                 continue  # keep it connected to the outer computation
             inputs[n] = Tensor(backend.asarray(a.data if isinstance(a, Tensor) else a), True)
             if not backend.is_floating(inputs[n].dtype):
-                raise TypeError(
+                raise DTypeError(
                     f"rm.grad: argument {n} has dtype {inputs[n].dtype}; gradients need floats"
                 )
         with enable_grad():  # rm.grad differentiates even inside rm.no_grad()

@@ -39,6 +39,10 @@ class LoopError(RuntimeError):
     """A checkpointed loop could not run: a bad step, or a step that failed."""
 
 
+class StepOutputError(LoopError, TypeError, ValueError):
+    """A step returned a state of another structure, shape or dtype than it was given."""
+
+
 # --- choosing the schedule --------------------------------------------------------
 
 
@@ -333,25 +337,25 @@ class LoopRun:
     def check_output(self, i, out):
         if self.structure == "tensor":
             if not isinstance(out, Tensor):
-                raise LoopError(
+                raise StepOutputError(
                     f"tape.loop: step {i} returned {type(out).__name__}; the state is one Tensor, "
                     "so the step must return one Tensor"
                 )
             out = (out,)
         elif not (isinstance(out, tuple) and len(out) == self.width):
             got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
-            raise LoopError(
+            raise StepOutputError(
                 f"tape.loop: step {i} returned {got}; the state is a tuple of {self.width} "
                 "Tensors, so the step must return a tuple of the same length"
             )
         for k, (t, shape, dtype) in enumerate(zip(out, self.shapes, self.dtypes)):
             if not isinstance(t, Tensor):
-                raise LoopError(
+                raise StepOutputError(
                     f"tape.loop: step {i} returned {type(t).__name__} for state component {k}; "
                     "expected a Tensor"
                 )
             if t.shape != shape or t.dtype != dtype:
-                raise LoopError(
+                raise StepOutputError(
                     f"tape.loop: step {i} returned shape {t.shape} dtype {t.dtype} for state "
                     f"component {k}, but the state has shape {shape} dtype {dtype}; a step must "
                     "return a state of the same structure, shapes and dtypes"

@@ -151,9 +151,13 @@ def own_gradients(leaf_grads, seed):
         yield leaf, g
 
 
+class DTypeError(TypeError, ValueError):
+    """An array of the wrong dtype for what was asked (gradients need floats)."""
+
+
 def _check_differentiable_dtype(dtype):
     if not backend.is_floating(dtype):
-        raise TypeError(
+        raise DTypeError(
             f"requires_grad=True needs a floating-point array; got dtype {dtype}. "
             "Pass dtype=float64 (or float32) to rm.tensor."
         )

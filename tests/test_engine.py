@@ -89,6 +89,8 @@ def test_shape_errors_name_the_op_and_both_shapes():
 def test_requires_grad_on_integers_is_a_clear_error():
     with pytest.raises(TypeError, match="floating-point.*int64"):
         rm.tensor(np.arange(3), requires_grad=True)
+    with pytest.raises(ValueError, match="gradients need floats"):  # both kinds, by design
+        rm.grad(lambda x: (x * 2).sum())(np.arange(3))
 
 
 def test_tensor_copies_its_input():

@@ -358,8 +358,9 @@ def test_a_step_changing_the_state_is_a_clear_error(bad_step, match):
         return bad_step(h) if count["n"] == 4 else h * 1.0
 
     tape = rm.Tape(snapshots=2)
-    with pytest.raises(rm.LoopError, match=match):
+    with pytest.raises(rm.LoopError, match=match) as caught:
         tape.loop(step, h0, steps=10)
+    assert isinstance(caught.value, (ValueError, TypeError))  # a bad value, too
     assert tape.loops == [] and len(tape) == 0
 
 
