@@ -10,7 +10,8 @@ called on Tensors that are themselves being differentiated (inside another
 from __future__ import annotations
 
 from . import backend
-from .tape import BackwardError, backward, enable_grad
+from .ops import identity
+from .tape import BackwardError, backward_to, enable_grad, next_sequence
 from .tensor import DTypeError, Tensor, own_gradients
 
 
@@ -30,46 +31,59 @@ def _check_scalar(out, f):
         )
 
 
+_running = 0  # how many functions under rm.grad are running now (nested differentiation)
+
+
 def value_and_grad(f, argnums=0):
-    """``g(*args) -> (f(*args), gradient)``; the gradient is a tuple if ``argnums`` is."""
+    """``g(*args) -> (f(*args), gradient)``; the gradient is a tuple if ``argnums`` is.
+
+    Called on arrays (or Tensors that need no gradient) at top level, the
+    gradients are arrays and nothing is left recorded.  Called inside another
+    ``rm.grad``, or on Tensors that require gradients, the backward is itself
+    recorded and the gradients are Tensors, so they can be differentiated in
+    turn (``rm.grad(rm.grad(f))``, gradient penalties).
+    """
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
 
     def value_and_grad_f(*args):
+        global _running
         for n in nums:
             if not -len(args) <= n < len(args):
                 raise IndexError(f"argnums={argnums} but the function got {len(args)} arguments")
-        # Differentiating a derivative: the inputs are on a tape already.
-        nested = any(isinstance(a, Tensor) and a.requires_grad for a in args)
+        nested = _running > 0 or any(isinstance(a, Tensor) and a.node is not None for a in args)
         inputs = [Tensor(backend.asarray(a)) if backend.is_array(a) else a for a in args]
         for n in nums:
             a = args[n]
-            if nested and isinstance(a, Tensor) and a.requires_grad:
-                continue  # keep it connected to the outer computation
-            inputs[n] = Tensor(backend.asarray(a.data if isinstance(a, Tensor) else a), True)
-            if not backend.is_floating(inputs[n].dtype):
-                raise DTypeError(
-                    f"rm.grad: argument {n} has dtype {inputs[n].dtype}; gradients need floats"
-                )
-        with enable_grad():  # rm.grad differentiates even inside rm.no_grad()
-            out = f(*inputs)
+            if nested and isinstance(a, Tensor) and a.node is not None:
+                inputs[n] = identity(a)  # stands for a, and stays connected to a's graph
+            else:
+                inputs[n] = Tensor(backend.asarray(a.data if isinstance(a, Tensor) else a), True)
+                if not backend.is_floating(inputs[n].dtype):
+                    raise DTypeError(
+                        f"rm.grad: argument {n} has dtype {inputs[n].dtype}; gradients need floats"
+                    )
+        targets = [inputs[n] for n in nums]
+        floor = next_sequence()  # records made from here on are this call's own
+        _running += 1
+        try:
+            with enable_grad():  # rm.grad differentiates even inside rm.no_grad()
+                out = f(*inputs)
+        finally:
+            _running -= 1
         _check_scalar(out, f)
         seed = backend.ones_like(out.data)
-        targets = [inputs[n] for n in nums]
-        if out.node is None:
-            grads = {}
-        else:
-            grads = backward([out], [Tensor(seed) if nested else seed], create_graph=nested)
-        if not nested:
-            grads = {id(leaf): [leaf, g] for leaf, g in own_gradients(grads, seed)}
+        grads = backward_to(
+            out, Tensor(seed) if nested else seed, [t.node for t in targets], floor, nested
+        )
         results = []
-        for t in targets:
-            entry = grads.get(id(t.node))
-            if entry is None:  # f does not depend on this input
-                zero = backend.zeros(t.shape, t.dtype, like=t.data)
-                results.append(Tensor(zero) if nested else zero)
-            else:
-                results.append(entry[1])
+        for t, g in zip(targets, grads):
+            if g is None:  # f does not depend on this input
+                g = backend.zeros(t.shape, t.dtype, like=t.data)
+                g = Tensor(g) if nested else g
+            results.append(g)
+        if not nested:
+            results = [g for _, g in own_gradients(enumerate(results), seed)]
         value = out if nested else out.detach()
         return value, (results[0] if single else tuple(results))
 

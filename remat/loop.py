@@ -251,6 +251,12 @@ SELECT = Op("loop_output", None, (_select_vjp,), ("",))
 
 
 def _loop_backward(record, g, sweep):
+    if sweep.create_graph or sweep.retain_graph:  # refuse before anything is released
+        raise BackwardError(
+            "a checkpointed tape.loop can be reversed once and not differentiated twice: "
+            "its snapshots are released by its backward (retain_graph and nested rm.grad "
+            "are not supported through a loop yet)"
+        )
     run = record.args[0]
     record.release()
     run.backward(g, sweep)
@@ -484,13 +490,6 @@ class LoopRun:
 
     def backward(self, cotangent, sweep):
         """Carry out the rest of the schedule, from the output's cotangent back to x_0."""
-        if sweep.create_graph or sweep.retain_graph:
-            self.release()
-            raise BackwardError(
-                "a checkpointed tape.loop can be reversed once and not differentiated twice: "
-                "its snapshots are released by the first backward (retain_graph and nested "
-                "rm.grad are not supported through a loop yet)"
-            )
         self.outer_sweep = sweep
         self.cotangent = [
             g if g is not None else backend.zeros(s, d, like=self.current[0][k])

@@ -259,6 +259,16 @@ class Sweep:
                 entry[2] = not self.create_graph
 
     def run(self):
+        """Reverse every record reached; on an error, leave no cotangent behind."""
+        try:
+            self._run()
+        except BaseException:
+            for _, record in self.heap:
+                record.ct = None
+            self.heap.clear()
+            raise
+
+    def _run(self):
         heap, ns, push, pop = self.heap, self.ns, heapq.heappush, heapq.heappop
         graph, retain, floor = self.create_graph, self.retain_graph, self.floor
         while heap:
@@ -312,16 +322,53 @@ def _as_tensors(record):
     return args, ans
 
 
-def backward(roots, cotangents, retain_graph=False, create_graph=False):
-    """Run a reverse sweep from ``roots`` seeded with ``cotangents``.
+class TargetSweep(Sweep):
+    """The sweep of one ``rm.grad`` call: it collects the cotangents of its
+    ``targets`` (the arguments being differentiated) and stops there.
 
-    Returns ``leaf_grads``: id(leaf) -> [leaf, gradient, owned] for every leaf reached.
+    Records older than ``floor`` (values the function closed over) are not
+    reversed: what reaches them was not asked for, and their saved arrays stay
+    for whoever backpropagates through them later.  Targets are leaves or
+    records older than ``floor``, so the inlined path of ``run`` never takes
+    them and they always come through ``add``.
+    """
+
+    def __init__(self, ns, targets, floor, create_graph=False):
+        super().__init__(ns, create_graph=create_graph)
+        self.floor = floor
+        self.targets = {id(node): k for k, node in enumerate(targets)}
+        self.results = [None] * len(targets)
+
+    def add(self, node, g):
+        k = self.targets.get(id(node))
+        if k is not None:
+            self.results[k] = g if self.results[k] is None else self.results[k] + g
+        elif type(node) is Record and node.seq >= self.floor:
+            super().add(node, g)
+
+
+def backward_to(root, seed, targets, floor, create_graph=False):
+    """The cotangents of ``targets`` (nodes) from ``root`` seeded with ``seed``.
+
+    Only records made at or after ``floor`` are reversed (see TargetSweep).
     """
     if create_graph:
         from .ops import TENSOR_NAMESPACE as ns
     else:
         ns = backend.ARRAY_NAMESPACE
-    sweep = Sweep(ns, retain_graph=retain_graph, create_graph=create_graph)
+    sweep = TargetSweep(ns, targets, floor, create_graph=create_graph)
+    if root.node is not None:
+        sweep.add(root.node, seed)
+    sweep.run()
+    return sweep.results
+
+
+def backward(roots, cotangents, retain_graph=False):
+    """Run a reverse sweep from ``roots`` seeded with ``cotangents``.
+
+    Returns ``leaf_grads``: id(leaf) -> [leaf, gradient, owned] for every leaf reached.
+    """
+    sweep = Sweep(backend.ARRAY_NAMESPACE, retain_graph=retain_graph)
     for root, ct in zip(roots, cotangents):
         if root.node is not None:
             sweep.add(root.node, ct)

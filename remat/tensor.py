@@ -97,7 +97,8 @@ class Tensor:
                 )
             seed = seed.astype(self.dtype, copy=False)
         leaf_grads = backward([self], [seed], retain_graph=retain_graph)
-        for leaf, g in own_gradients(leaf_grads, seed):
+        pairs = ((leaf, g) for leaf, g, _ in leaf_grads.values())
+        for leaf, g in own_gradients(pairs, seed):
             tensor = leaf.tensor()
             if tensor is not None:  # else nobody can read this gradient any more
                 tensor.grad = g if tensor.grad is None else tensor.grad + g
@@ -137,14 +138,14 @@ class Tensor:
         return f"tensor({text}{extra})"
 
 
-def own_gradients(leaf_grads, seed):
-    """Yield (leaf, gradient) with each gradient an array of its own.
+def own_gradients(pairs, seed):
+    """Yield (key, gradient) from ``pairs`` with each gradient an array of its own.
 
     A VJP may pass its cotangent on unchanged (add does), so two leaves could
     otherwise share one array, or share the caller's seed.
     """
     seen = set()
-    for leaf, g, _ in leaf_grads.values():
+    for leaf, g in pairs:
         if g is seed or id(g) in seen or not backend.is_owned(g):
             g = backend.copy(g)
         seen.add(id(g))

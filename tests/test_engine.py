@@ -263,3 +263,42 @@ def test_random_compositions_match_finite_differences(program, seed):
         return (values[-1] * values[-1]).sum() + values[-1].sum()
 
     assert rm.gradcheck(f, x0, y0, atol=1e-4, rtol=1e-3)
+
+
+def test_grad_with_respect_to_a_value_made_by_an_op():
+    x = rm.tensor([0.3, 0.8], requires_grad=True)
+    g = rm.grad(lambda z: (z**2).sum())(x * 2)
+    assert np.allclose(g.data, [1.2, 3.2])
+    outer = rm.grad(lambda x: rm.grad(lambda y: (y**3).sum())(rm.sin(x)).sum())
+    x0 = np.array([0.3, 0.8])
+    assert np.allclose(outer(x0), 6 * np.sin(x0) * np.cos(x0))
+
+
+def test_an_inner_grad_sees_the_outer_variable_it_closes_over():
+    x0 = np.array([0.3, -0.2])
+
+    def penalty(w):
+        g = rm.grad(lambda x: rm.tanh(x @ w).sum())(x0)
+        return (g * g).sum()
+
+    assert rm.gradcheck(penalty, np.array([[0.5, -0.3], [0.2, 0.8]]))
+
+
+def test_grad_leaves_the_graph_it_closes_over_for_later():
+    w = rm.tensor([1.0, 2.0], requires_grad=True)
+    pre = rm.sin(w)
+    assert np.allclose(rm.grad(lambda x: (x * pre).sum())(np.array([3.0, 4.0])), np.sin([1, 2]))
+    (pre * pre).sum().backward()  # the records of `pre` are still there
+    assert np.allclose(w.grad, 2 * np.sin([1.0, 2.0]) * np.cos([1.0, 2.0]))
+
+
+def test_a_failed_backward_leaves_no_stale_cotangent():
+    x = rm.tensor([0.3, 0.7], requires_grad=True)
+    a = rm.sin(x)
+    h = rm.Tape(snapshots=2).loop(lambda h: h * 1.5, a, steps=3)
+    with pytest.raises(rm.BackwardError, match="retain_graph"):
+        (h.sum() + (a * a).sum()).backward(retain_graph=True)
+    # Nothing half-done remains: no stale cotangent, and the loop is still whole.
+    (h.sum() + (a * a).sum()).backward()
+    x0 = np.array([0.3, 0.7])
+    assert np.allclose(x.grad, (1.5**3 + 2 * np.sin(x0)) * np.cos(x0))

@@ -66,6 +66,7 @@ CASES = {
     "concatenate": (lambda a, b: rm.concatenate([a, b], axis=1), [r(2, 3), r(2, 4)]),
     "stack": (lambda a, b: rm.stack([a, b], axis=1), [r(2, 3), r(2, 3)]),
     "getitem": (lambda x: x[np.array([0, 2, 0, 0]), 1:3], [r(3, 4)]),
+    "identity": (rm.ops.identity, [r(3, 4)]),
     "to_device": (lambda x: rm.to_device(x, "cpu"), [r(3, 4)]),
     "scatter_add": (lambda v: rm.ops.scatter_add((5, 2), np.array([1, 3, 1]), v), [r(3, 2)]),
 }

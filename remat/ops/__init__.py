@@ -31,7 +31,16 @@ from .index import getitem, scatter_add
 from .linalg import einsum, matmul
 from .nn import log_softmax, relu, sigmoid, softmax
 from .reduce import logsumexp, max, mean, min, sum
-from .shape import broadcast_to, concatenate, reshape, stack, swapaxes, to_device, transpose
+from .shape import (
+    broadcast_to,
+    concatenate,
+    identity,
+    reshape,
+    stack,
+    swapaxes,
+    to_device,
+    transpose,
+)
 
 
 def sign(x):

@@ -144,3 +144,12 @@ def to_device(x, device):
     x = as_tensor(x)
     backend.check_device(device)
     return apply(TO_DEVICE, (x,), {"device": device}, {"device": device, "source": x.device})
+
+
+# A new record standing for its input: rm.grad differentiates with respect to
+# an argument that is already on a tape through one of these.
+IDENTITY = defop("identity", lambda x: x, lambda ns, g, ans, x: g, needs=("",))
+
+
+def identity(x):
+    return apply(IDENTITY, (as_tensor(x),))
