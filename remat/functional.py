@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import backend
 from .ops import identity
-from .tape import BackwardError, backward_to, enable_grad, next_sequence
+from .tape import BackwardError, backward_to, enable_grad, next_sequence, no_grad
 from .tensor import DTypeError, Tensor, own_gradients
 
 
@@ -149,8 +149,6 @@ def divmod_index(flat_index, shape):
 
 
 def _value(f, arrays):
-    from .tape import no_grad
-
-    with no_grad():
-        out = f(*[Tensor(a) for a in arrays])
+    with no_grad():  # copies: f may lock what it keeps, and the arrays are perturbed next
+        out = f(*[Tensor(backend.copy(a)) for a in arrays])
     return float(backend.to_host(out.data).reshape(-1)[0])

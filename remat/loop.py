@@ -25,6 +25,7 @@ step evaluations, snapshots and the bytes held.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from . import backend, schedules
@@ -86,10 +87,8 @@ class Policy:
 
 def resolve_policy(snapshots, schedule):
     """The Policy for ``rm.Tape(snapshots, schedule)``, with clear errors."""
-    if snapshots is not None and (
-        isinstance(snapshots, bool) or not isinstance(snapshots, int) or snapshots < 1
-    ):
-        raise ValueError(f"Tape: snapshots must be an integer >= 1, got {snapshots!r}")
+    if snapshots is not None:
+        snapshots = _count("Tape: snapshots", snapshots, 1)
     if schedule is None:
         return Policy("revolve" if snapshots is not None else "store_all", snapshots)
     if isinstance(schedule, str):
@@ -101,9 +100,17 @@ def resolve_policy(snapshots, schedule):
         if schedule in ("revolve", "online", "periodic") and snapshots is None:
             raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
         return Policy(schedule, snapshots)  # store_all and sqrt size their own memory
-    if not hasattr(schedule, "__iter__"):
-        raise ValueError(f"Tape: schedule must be a name or a schedule object, got {schedule!r}")
-    return Policy(schedule, snapshots if snapshots is not None else schedule.snapshots)
+    if not all(hasattr(schedule, a) for a in ("__iter__", "steps", "snapshots")):
+        raise ValueError(
+            f"Tape: schedule must be one of {', '.join(SCHEDULE_NAMES)} or a schedule object "
+            f"from remat.schedules, got {schedule!r}"
+        )
+    if snapshots is not None and snapshots != schedule.snapshots:
+        raise ValueError(
+            f"Tape: snapshots={snapshots} but the schedule {schedule!r} uses "
+            f"{schedule.snapshots}; give one or the other"
+        )
+    return Policy(schedule, schedule.snapshots)
 
 
 # --- counting -------------------------------------------------------------------
@@ -294,7 +301,6 @@ class LoopRun:
         self.tapes = {}  # step index -> StepTape
         self.held = Holdings()
         self.cotangent = None  # of x_position during the reverse sweep
-        self.uses_parameters = False  # does a taped step reach a tensor needing a gradient?
         self.stats = LoopStats(
             schedule=type(schedule).__name__,
             snapshots=schedule.snapshots,
@@ -397,8 +403,7 @@ class LoopRun:
             floor = next_sequence()
             with recorder, enable_grad():
                 arrays, inputs, outputs = self.call_step(i, arrays, taped=True)
-            saved, external = _scan_step(recorder.records, floor, inputs)
-            self.uses_parameters = self.uses_parameters or external
+            saved = _saved_by_step(recorder.records, floor, inputs)
             self.tapes[i] = StepTape(inputs, outputs, floor, saved)
             self.held.hold(saved)
             self.mark()
@@ -411,15 +416,29 @@ class LoopRun:
         """After an online step: tell the schedule if the loop has ended at x_n."""
         done = self.max_steps is not None and n >= self.max_steps
         if not done and self.until is not None:
-            with no_grad():
-                inputs = tuple(Tensor(a) for a in arrays)
-                done = bool(self.until(inputs[0] if self.structure == "tensor" else inputs))
+            done = self.ask_until(n, arrays)
         if done:
             self.actions.finish(n)
             self.stats.steps = n
             self.online_forward = False
             return True
         return False
+
+    def ask_until(self, n, arrays):
+        """The predicate on x_n.  Random numbers it draws do not move the steps' stream
+        (they would not be drawn again when steps are recomputed)."""
+        rng = backend.random_state()
+        inputs = tuple(Tensor(a) for a in arrays)
+        with no_grad():
+            answer = self.until(inputs[0] if self.structure == "tensor" else inputs)
+        backend.set_random_state(rng)
+        try:
+            return bool(answer)
+        except (TypeError, ValueError):
+            raise LoopError(
+                f"tape.loop: until returned {answer!r} after step {n - 1}; it must return a "
+                "bool (or a one-element Tensor)"
+            ) from None
 
     def discard(self, action):
         for i in range(action.start, action.stop):
@@ -433,6 +452,8 @@ class LoopRun:
         arrays, rng = self.current
         if self.tape.snapshot_device is not None:  # offload, e.g. GPU -> host memory
             arrays = tuple(backend.to_device(a, self.tape.snapshot_device) for a in arrays)
+        for a in arrays:  # a snapshot changed in place would give wrong gradients
+            backend.lock(a)
         self.slots[key] = (action.step, arrays, rng)
         self.held.hold(arrays)
         self.stats.peak_snapshots = max(self.stats.peak_snapshots, len(self.slots))
@@ -527,27 +548,21 @@ class LoopRun:
         self.cotangent = self.outer_sweep = None
 
 
-def _scan_step(records, floor, inputs):
-    """What a step's records hold, and whether they reach anything outside the step.
-
-    Returns (saved, external): the arrays the records saved from the step's own
-    values (made by the step, or its input state; parameters are not the
-    loop's to count), and whether any input of a record is a tensor from
-    outside the step that needs a gradient (a parameter).
-    """
+def _saved_by_step(records, floor, inputs):
+    """The arrays a step's records hold of the step's own values (what it made, or
+    its input state); parameters are not the loop's to count."""
     input_ids = {id(t.node) for t in inputs}
-    saved, external = [], False
+    saved = []
     for record in records:
         for a, node in zip(record.args, record.parents):
             inside = node is None or (
                 node.seq >= floor if type(node) is Record else id(node) in input_ids
             )
-            external = external or not inside
             if inside and a is not None and backend.is_array(a):
                 saved.append(a)
         if record.ans is not None:
             saved.append(record.ans)
-    return saved, external
+    return saved
 
 
 def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
@@ -564,12 +579,12 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
         raise TypeError(f"tape.loop: step must be callable, got {step!r}")
     if (steps is None) == (until is None):
         raise ValueError("tape.loop: pass exactly one of steps= (a known length) or until=")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
-        raise ValueError(f"tape.loop: steps must be an integer >= 0, got {steps!r}")
-    if max_steps is not None and (
-        isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
-    ):
-        raise ValueError(f"tape.loop: max_steps must be an integer >= 1, got {max_steps!r}")
+    if steps is not None:
+        steps = _count("tape.loop: steps", steps, 0)
+    if max_steps is not None:
+        if until is None:
+            raise ValueError("tape.loop: max_steps= caps a loop run with until=; not with steps=")
+        max_steps = _count("tape.loop: max_steps", max_steps, 1)
     if until is not None and not callable(until):
         raise TypeError(f"tape.loop: until must be a predicate state -> bool, got {until!r}")
     structure, tensors = _flatten(state)
@@ -587,10 +602,12 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
         run.release()
         raise
     tape.loops.append(run.stats)
-    if not STATE.grad_enabled or not _needs_backward(run):
+    if not STATE.grad_enabled:
         run.release()
         outputs = tuple(Tensor(a) for a in final)
     else:
+        # Recorded even when x_0 needs no gradient: a step may use a parameter
+        # in steps that were not taped in the forward sweep.
         with tape:
             record = Record(LOOP, run.x0_nodes, (run,), None, None, run.record_shape)
             select = {"width": run.width, "shape": run.record_shape}
@@ -598,14 +615,18 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
                 Tensor._from_record(
                     a, Record(SELECT, (record,), (None,), None, {"index": k, **select}, a.shape)
                 )
-                for k, a in enumerate(final)
+                if differentiable
+                else Tensor(a)  # integer parts (counters) carry no gradient
+                for k, (a, differentiable) in enumerate(zip(final, run.differentiable))
             )
     return outputs[0] if structure == "tensor" else outputs
 
 
-def _needs_backward(run):
-    """Whether anything needs a gradient: the initial state, or a parameter a step used."""
-    return run.uses_parameters or any(node is not None for node in run.x0_nodes)
+def _count(what, value, minimum):
+    """``value`` as an int if it is an integer (NumPy's too) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def _flatten(state):

@@ -370,12 +370,99 @@ def test_dtype_change_is_named():
         rm.Tape(snapshots=2).loop(lambda h: rm.tensor(h.data.astype(np.float32)), h0, steps=3)
 
 
-def test_loop_without_gradients_records_nothing():
+def test_a_loop_under_no_grad_records_nothing():
     h0 = rm.tensor(np.ones(3))
     tape = rm.Tape(snapshots=2)
-    h = tape.loop(lambda h: h * 2.0, h0, steps=4)
+    with rm.no_grad():
+        h = tape.loop(lambda h: h * 2.0, h0, steps=4)
     assert np.array_equal(h.data, np.full(3, 16.0)) and h.record is None
     assert tape.stats.forward_steps == 4  # the forward sweep only: no backward will come
+    assert len(tape) == 0
+
+
+def test_a_parameter_used_only_in_untaped_steps_still_gets_its_gradient():
+    rng = np.random.default_rng(0)
+    w = rm.tensor(rng.standard_normal((4, 4)) * 0.3, requires_grad=True)
+
+    def step(state):  # uses w in the first two steps only; the last (taped) one does not
+        h, k = state
+        return (h @ w if k.item() < 2 else h * 0.5), k + 1
+
+    def gradient(tape):
+        w.grad = None
+        h, k = tape.loop(step, (rm.tensor(np.ones((2, 4))), rm.tensor(0)), steps=6)
+        assert not k.requires_grad  # an integer counter carries no gradient
+        (h * h).sum().backward()
+        return w.grad
+
+    want = gradient(rm.Tape())
+    for tape in (
+        rm.Tape(snapshots=2),
+        rm.Tape(schedule="sqrt"),
+        rm.Tape(snapshots=2, schedule="periodic"),
+    ):
+        assert np.array_equal(gradient(tape), want)
+
+
+def test_a_loop_in_a_step_reaches_the_parameters_it_uses():
+    w = rm.tensor(np.eye(4) * 0.5, requires_grad=True)
+
+    def step(h):
+        return rm.Tape(snapshots=2).loop(lambda g: g + rm.tanh(g @ w), h, steps=3)
+
+    def gradient(tape):
+        w.grad = None
+        tape.loop(step, rm.tensor(np.ones((2, 4))), steps=5).sum().backward()
+        return w.grad
+
+    want = gradient(rm.Tape())
+    assert want is not None and np.array_equal(gradient(rm.Tape(snapshots=2)), want)
+
+
+def test_random_numbers_drawn_by_until_do_not_break_exactness():
+    w, b, h0 = make_params()
+
+    def gradient(tape):
+        rm.random.seed(11)
+        w.grad = None
+        step = lambda h: rm.tanh(h @ w) + 0.1 * rm.random.normal(size=h.shape)  # noqa: E731
+        h = tape.loop(
+            step, h0 * 1.0, until=lambda h: rm.random.uniform().item() < 0.1, max_steps=60
+        )
+        (h * h).sum().backward()
+        return w.grad, tape.stats.steps
+
+    (want, n), (got, m) = gradient(rm.Tape()), gradient(rm.Tape(snapshots=2))
+    assert n == m and np.array_equal(got, want)
+
+
+def test_snapshots_are_read_only():
+    w, b, h0 = make_params()
+    h = rm.Tape(snapshots=2).loop(residual_step(w, b), h0, steps=5)
+    with pytest.raises(ValueError, match="read-only"):
+        h0.data[...] = 7.0
+    h.sum().backward()
+
+
+def test_until_must_answer_with_a_bool():
+    w, b, h0 = make_params()
+    with pytest.raises(
+        rm.LoopError, match="(?s)until returned .* after step 0; it must return a bool"
+    ):
+        rm.Tape(snapshots=2).loop(residual_step(w, b), h0, until=lambda h: h > 0)
+
+
+def test_numpy_integers_are_integers_and_budgets_do_not_conflict():
+    w, b, h0 = make_params()
+    tape = rm.Tape(snapshots=np.int64(2))
+    tape.loop(residual_step(w, b), h0, steps=np.int64(4))
+    assert tape.stats.steps == 4
+    with pytest.raises(ValueError, match="snapshots=3 but the schedule .* uses 6"):
+        rm.Tape(snapshots=3, schedule=schedules.Revolve(10, 6))
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        rm.Tape(schedule=[1, 2])
+    with pytest.raises(ValueError, match="max_steps= caps a loop run with until="):
+        tape.loop(residual_step(w, b), h0, steps=3, max_steps=2)
 
 
 def test_tape_lists_the_loop_as_one_record():
