@@ -144,8 +144,10 @@ def lock(array) -> None:
     changed behind the tape's back would give a silently wrong gradient.  (CuPy
     arrays have no read-only flag; on the GPU this protection is missing.)
     """
-    if type(array) is np.ndarray and array.flags.writeable:
-        array.flags.writeable = False
+    while type(array) is np.ndarray:  # a view, and whatever it is a view of
+        if array.flags.writeable:
+            array.flags.writeable = False
+        array = array.base
 
 
 def is_owned(array) -> bool:

@@ -58,11 +58,12 @@ def value_and_grad(f, argnums=0):
             if nested and isinstance(a, Tensor) and a.node is not None:
                 inputs[n] = identity(a)  # stands for a, and stays connected to a's graph
             else:
-                inputs[n] = Tensor(backend.asarray(a.data if isinstance(a, Tensor) else a), True)
-                if not backend.is_floating(inputs[n].dtype):
+                data = backend.asarray(a.data if isinstance(a, Tensor) else a)
+                if not backend.is_floating(data.dtype):
                     raise DTypeError(
-                        f"rm.grad: argument {n} has dtype {inputs[n].dtype}; gradients need floats"
+                        f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats"
                     )
+                inputs[n] = Tensor(data, True)
         targets = [inputs[n] for n in nums]
         floor = next_sequence()  # records made from here on are this call's own
         _running += 1

@@ -26,6 +26,8 @@ class Tensor:
     def __init__(self, data, requires_grad=False):
         self.data = data
         self.grad = None
+        if requires_grad:
+            _check_differentiable_dtype(data.dtype)
         self.node = Leaf(self) if requires_grad else None
 
     @classmethod
@@ -120,6 +122,11 @@ class Tensor:
 
     def __len__(self):
         return len(self.data)
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(len(self)))
 
     def __bool__(self):
         return bool(self.data)

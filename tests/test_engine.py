@@ -302,3 +302,44 @@ def test_a_failed_backward_leaves_no_stale_cotangent():
     (h.sum() + (a * a).sum()).backward()
     x0 = np.array([0.3, 0.7])
     assert np.allclose(x.grad, (1.5**3 + 2 * np.sin(x0)) * np.cos(x0))
+
+
+def test_changing_the_base_of_a_saved_view_raises():
+    w = rm.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    v = rm.tensor([1.0, 1.0], requires_grad=True)
+    out = rm.sin(v @ w.T).sum()  # matmul saves the view w.T
+    with pytest.raises(ValueError, match="read-only"):
+        w.data[0, 0] = 100.0
+    out.backward()
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda x: rm.concatenate([x, x], axis=2), "concatenate: axis 2 is out of bounds"),
+        (lambda x: rm.stack([x, x], axis=-4), "stack: axis -4 is out of bounds"),
+        (lambda x: x.transpose(0, 5), "transpose: axis 5 is out of bounds"),
+        (lambda x: x.transpose(0, 0), r"not a permutation"),
+        (lambda x: rm.concatenate([x[0, 0], x[0, 0]]), "0-d tensors"),
+        (lambda x: x @ 2.0, r"matmul: shapes \(2, 3\) and \(\)"),
+    ],
+)
+def test_bad_axes_and_operands_are_named(make, match):
+    with pytest.raises(rm.ShapeError, match=match):
+        make(rm.tensor(np.ones((2, 3))))
+
+
+def test_power_keeps_float32_and_is_flat_at_exponent_zero():
+    x = rm.tensor(np.ones(3, np.float32), requires_grad=True)
+    (2**x).sum().backward()
+    assert x.grad.dtype == np.float32
+    z = rm.tensor([0.0, 1.0], requires_grad=True)
+    (z**0).sum().backward()
+    assert np.array_equal(z.grad, [0.0, 0.0])
+
+
+def test_a_0d_tensor_is_not_iterable_and_leaves_need_floats():
+    with pytest.raises(TypeError, match="0-d"):
+        list(rm.tensor(1.0))
+    with pytest.raises(TypeError, match="floating-point"):
+        rm.Tensor(np.arange(3), requires_grad=True)

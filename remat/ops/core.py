@@ -96,6 +96,13 @@ SHAPE_RULES = {}
 """op name -> f(*operands) explaining, for a human, why their shapes do not fit."""
 
 
+def check_axis(op_name, axis, ndim):
+    """``axis`` as an index in [0, ndim), or a ShapeError naming the op (as NumPy would)."""
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"{op_name}: axis {axis} is out of bounds for {ndim} axes")
+    return axis % ndim
+
+
 def _shape_error(op, datas, error):
     rule = SHAPE_RULES.get(op.name)
     if rule is not None:

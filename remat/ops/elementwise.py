@@ -4,6 +4,8 @@ Broadcasting needs no care here: the tape sums a cotangent back to its
 input's shape (remat.tape.unbroadcast).
 """
 
+import math
+
 from .core import apply, defop, make_binary, make_unary, unary, xp
 
 # --- one input ------------------------------------------------------------------
@@ -64,13 +66,20 @@ DIVIDE = defop(
     lambda ns, g, ans, x, y: -(g * ans) / y,
     needs=("1", "1a"),
 )
-POWER = defop(
-    "power",
-    xp.power,
-    lambda ns, g, ans, x, y: g * y * x ** (y - 1),
-    lambda ns, g, ans, x, y: g * ans * ns.log(x),
-    needs=("01", "0a"),
-)
+
+
+def _power_vjp_base(ns, g, ans, x, y):
+    if isinstance(y, (int, float)) and y == 0:
+        return g * 0.0  # x ** 0 is constant, also at x = 0 (where x ** -1 is inf)
+    return g * y * x ** (y - 1)
+
+
+def _power_vjp_exponent(ns, g, ans, x, y):
+    # a Python base keeps NumPy's weak scalar: float32 stays float32
+    return g * ans * (math.log(x) if isinstance(x, (int, float)) else ns.log(x))
+
+
+POWER = defop("power", xp.power, _power_vjp_base, _power_vjp_exponent, needs=("01", "0a"))
 MAXIMUM = defop(
     "maximum",
     xp.maximum,

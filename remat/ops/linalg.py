@@ -23,10 +23,11 @@ def _matmul_vjp_b(ns, g, ans, a, b):
 
 
 def _matmul_shapes(a, b):
+    a_shape, b_shape = getattr(a, "shape", ()), getattr(b, "shape", ())
     return (
-        f"matmul: shapes {a.shape} and {b.shape} do not align: the last axis of the first "
-        f"operand must equal the {'second-to-last' if b.ndim > 1 else 'only'} axis of the "
-        "second (and neither may be a scalar)"
+        f"matmul: shapes {a_shape} and {b_shape} do not align: the last axis of the first "
+        f"operand must equal the {'second-to-last' if len(b_shape) > 1 else 'only'} axis of "
+        "the second (and neither may be a scalar)"
     )
 
 

@@ -4,7 +4,7 @@ They move values without changing them, so each VJP moves the cotangent back.
 """
 
 from .. import backend
-from .core import Variadic, apply, as_tensor, defop, xp
+from .core import ShapeError, Variadic, apply, as_tensor, check_axis, defop, xp
 
 
 def _reshape(x, shape, old_shape=None):
@@ -44,7 +44,14 @@ def transpose(x, *axes):
     x = as_tensor(x)
     if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
         axes = axes[0]
-    axes = tuple(range(x.ndim))[::-1] if not axes else tuple(a % x.ndim for a in axes)
+    if not axes:
+        axes = tuple(range(x.ndim))[::-1]
+    elif sorted(check_axis("transpose", a, x.ndim) for a in axes) != list(range(x.ndim)):
+        raise ShapeError(
+            f"transpose: axes {tuple(axes)} are not a permutation of the {x.ndim} axes of a "
+            f"tensor of shape {x.shape}"
+        )
+    axes = tuple(check_axis("transpose", a, x.ndim) for a in axes)
     return apply(TRANSPOSE, (x,), {"axes": axes})
 
 
@@ -99,7 +106,9 @@ def concatenate(tensors, axis=0):
     tensors = [as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("concatenate: needs at least one tensor")
-    axis = axis % tensors[0].ndim
+    if tensors[0].ndim == 0:
+        raise ShapeError("concatenate: 0-d tensors have no axis to join along; use stack")
+    axis = check_axis("concatenate", axis, tensors[0].ndim)
     offsets = [0]
     for t in tensors:
         offsets.append(offsets[-1] + (t.shape[axis] if t.ndim > axis else 0))
@@ -123,7 +132,7 @@ def stack(tensors, axis=0):
     tensors = [as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("stack: needs at least one tensor")
-    axis = axis % (tensors[0].ndim + 1)
+    axis = check_axis("stack", axis, tensors[0].ndim + 1)
     return apply(STACK, tensors, {"axis": axis})
 
 
