@@ -31,8 +31,15 @@ def test_compare_prints_a_measured_table_and_exits_zero():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["compare", "--steps", "-3"], "--steps must be >= 1, got -3"),
-        (["compare", "--snapshots", "0"], "--snapshots must be >= 1, got 0"),
+        (["compare", "--steps", "-3"], "--steps must be between 1 and 1000000, got -3"),
+        (["compare", "--snapshots", "0"], "--snapshots must be between 1 and 10000, got 0"),
+        (["schedule", "--steps", "10**30", "--snapshots", "2"], "must be an integer"),
+        (["schedule", "--steps", str(10**20)], "between 1 and 10000000"),
+        (
+            ["schedule", "--steps", "5", "--snapshots", "2", "--plot", "/no/such/dir/x.png"],
+            "does not exist",
+        ),
+        (["compare", "--plot", "."], "is a folder"),
         (["compare", "--workload", "nope"], "invalid choice: 'nope'"),
         (["schedule", "--steps", "10", "--schedule", "fancy"], "invalid choice: 'fancy'"),
         (["schedule", "--steps", "10"], "--schedule revolve needs --snapshots"),
