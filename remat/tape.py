@@ -140,6 +140,10 @@ class Tape:
     ``trace=True`` each loop records the bytes it holds after every action
     (for :func:`remat.plot.memory_timeline`).  ``snapshot_device="cpu"``
     keeps snapshots in host memory while the loop runs on the GPU.
+
+    A tape keeps every record made on it, and a loop's record keeps its
+    snapshots until the loop is reversed: evaluate without gradients under
+    ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.
     """
 
     def __init__(self, snapshots=None, schedule=None, trace=False, snapshot_device=None):

@@ -371,3 +371,8 @@ def test_simulate_arguments():
 def test_store_all_of_unknown_length_learns_it_at_the_end(n):
     result = simulate(StoreAll(), steps=n)
     assert (result.forward_steps, result.reversed_steps, result.peak_snapshots) == (n, n, 0)
+
+
+def test_simulate_says_when_it_is_not_given_a_schedule():
+    with pytest.raises(ValueError, match="is not a schedule"):
+        simulate([End()])

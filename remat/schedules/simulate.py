@@ -58,6 +58,11 @@ def simulate(schedule, steps: int | None = None) -> Simulation:
     right after the ``Tape`` that produces ``x_steps``.  For other schedules it
     may be given and must then equal ``schedule.steps``.
     """
+    if not all(hasattr(schedule, a) for a in ("__iter__", "steps", "snapshots")):
+        raise ValueError(
+            f"simulate: {schedule!r} is not a schedule (an iterable of actions with "
+            "steps and snapshots attributes, such as Revolve(steps, snapshots))"
+        )
     if schedule.steps is None:
         if steps is None:
             raise ValueError(
