@@ -20,7 +20,6 @@ import numpy as np
 
 xp = np
 ndarray = np.ndarray
-float32 = np.float32
 float64 = np.float64
 
 DEVICES = ("cpu", "cuda")

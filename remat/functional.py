@@ -52,7 +52,11 @@ def value_and_grad(f, argnums=0):
             if not -len(args) <= n < len(args):
                 raise IndexError(f"argnums={argnums} but the function got {len(args)} arguments")
         nested = _running > 0 or any(isinstance(a, Tensor) and a.node is not None for a in args)
-        inputs = [Tensor(backend.asarray(a)) if backend.is_array(a) else a for a in args]
+        positions = {n % len(args) for n in nums}
+        inputs = [  # arrays are copied: an op that saves one must not lock the caller's array
+            Tensor(backend.asarray(a)) if i not in positions and backend.is_array(a) else a
+            for i, a in enumerate(args)
+        ]
         for n in nums:
             a = args[n]
             if nested and isinstance(a, Tensor) and a.node is not None:

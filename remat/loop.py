@@ -25,15 +25,15 @@ step evaluations, snapshots and the bytes held.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 from . import backend, schedules
 from .ops.core import Op
+from .schedules.arguments import require_count
 from .tape import STATE, BackwardError, Record, Sweep, Tape, enable_grad, next_sequence, no_grad
 from .tensor import Tensor
 
-SCHEDULE_NAMES = ("store_all", "sqrt", "periodic", "revolve", "online")
+SCHEDULE_NAMES = schedules.SCHEDULE_NAMES
 
 
 class LoopError(RuntimeError):
@@ -88,7 +88,7 @@ class Policy:
 def resolve_policy(snapshots, schedule):
     """The Policy for ``rm.Tape(snapshots, schedule)``, with clear errors."""
     if snapshots is not None:
-        snapshots = _count("Tape: snapshots", snapshots, 1)
+        snapshots = require_count("Tape", "snapshots", snapshots)
     if schedule is None:
         return Policy("revolve" if snapshots is not None else "store_all", snapshots)
     if isinstance(schedule, str):
@@ -580,11 +580,11 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
     if (steps is None) == (until is None):
         raise ValueError("tape.loop: pass exactly one of steps= (a known length) or until=")
     if steps is not None:
-        steps = _count("tape.loop: steps", steps, 0)
+        steps = require_count("tape.loop", "steps", steps, minimum=0)
     if max_steps is not None:
         if until is None:
             raise ValueError("tape.loop: max_steps= caps a loop run with until=; not with steps=")
-        max_steps = _count("tape.loop: max_steps", max_steps, 1)
+        max_steps = require_count("tape.loop", "max_steps", max_steps)
     if until is not None and not callable(until):
         raise TypeError(f"tape.loop: until must be a predicate state -> bool, got {until!r}")
     structure, tensors = _flatten(state)
@@ -620,13 +620,6 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
                 for k, (a, differentiable) in enumerate(zip(final, run.differentiable))
             )
     return outputs[0] if structure == "tensor" else outputs
-
-
-def _count(what, value, minimum):
-    """``value`` as an int if it is an integer (NumPy's too) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _flatten(state):
