@@ -18,6 +18,7 @@ from .ops import (
     ShapeError,
     abs,
     add,
+    astype,
     broadcast_to,
     clip,
     concatenate,
@@ -52,7 +53,7 @@ from .ops import (
     transpose,
     where,
 )
-from .tape import BackwardError, Record, Tape, enable_grad, no_grad
+from .tape import BackwardError, EscapeError, Record, Tape, enable_grad, grad_enabled, no_grad
 from .tensor import DTypeError, Tensor, tensor
 
 __version__ = "0.1.0"

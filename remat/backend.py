@@ -8,13 +8,16 @@ that way).
 protocols (``__array_ufunc__`` and ``__array_function__``) hand CuPy arrays on
 to CuPy, so one ``xp.sin(x)`` serves both devices.  The places where the two
 libraries differ are the functions below: device placement, scatter-add,
-read-only arrays, random numbers and bytes in use.
+checksums of arrays, random numbers and bytes in use.
 
 Devices are named ``"cpu"`` (NumPy) and ``"cuda"`` (CuPy, imported only when
 first asked for, so remat never needs CuPy unless a GPU is used).
 """
 
 from __future__ import annotations
+
+import threading
+import zlib
 
 import numpy as np
 
@@ -111,6 +114,10 @@ def is_floating(dtype) -> bool:
     return np.issubdtype(dtype, np.floating)
 
 
+def is_complex(dtype) -> bool:
+    return np.issubdtype(dtype, np.complexfloating)
+
+
 def to_host(array) -> np.ndarray:
     """A NumPy array with the same values (a copy only for device arrays)."""
     if isinstance(array, np.ndarray):
@@ -136,17 +143,25 @@ def nbytes(value) -> int:
     return getattr(value, "nbytes", 0)
 
 
-def lock(array) -> None:
-    """Make an array read-only, so that changing it in place raises at once.
+def memory_owner(array):
+    """The array that owns ``array``'s memory (itself unless it is a view)."""
+    while True:
+        base = array.base
+        if base is None or not is_array(base):
+            return array
+        array = base
 
-    The tape calls this on every array it saves for backward: a saved array
-    changed behind the tape's back would give a silently wrong gradient.  (CuPy
-    arrays have no read-only flag; on the GPU this protection is missing.)
+
+def fingerprint(array) -> int:
+    """A checksum of an array's values (CRC-32 of its bytes).
+
+    It tells whether an array changed between two moments: the write guard
+    (:mod:`remat.guard`) takes one when a value it must keep could be written
+    by someone else, and compares at backward.  A GPU array is copied to the
+    host first (slow, but only arrays handed out to the user are checked).
     """
-    while type(array) is np.ndarray:  # a view, and whatever it is a view of
-        if array.flags.writeable:
-            array.flags.writeable = False
-        array = array.base
+    host = array.get() if _is_cupy(array) else array
+    return zlib.crc32(np.ascontiguousarray(host).view(np.uint8).reshape(-1))
 
 
 def is_owned(array) -> bool:
@@ -229,25 +244,36 @@ class ArrayNamespace:
         self.scatter_add = scatter_into
         self.to_device = to_device
 
+    @staticmethod
+    def astype(array, dtype):
+        return array.astype(dtype, copy=False)
+
 
 ARRAY_NAMESPACE = ArrayNamespace(np)
 
 
 # --- random numbers -------------------------------------------------------------
-# One generator for the whole library, so that its state can be captured in
-# every snapshot of a checkpointed loop and replayed when a step is recomputed.
-# It draws on the host; samples for the GPU are copied there, so both devices
-# see the same numbers for the same seed.
+# One generator per thread, so that its state can be captured in every snapshot
+# of a checkpointed loop and replayed when a step is recomputed, and so that
+# loops running in several threads at once never move each other's stream.  A
+# thread's generator starts from seed 0.  It draws on the host; samples for
+# the GPU are copied there, so both devices see the same numbers for a seed.
 
-_generator = np.random.Generator(np.random.PCG64(0))
-_draws = 0  # counts draws (and reseeds), so an unchanged state is recognised cheaply
-_known = None  # (draws, state): the last state read or set, valid while draws agree
+
+class _RandomState(threading.local):
+    def __init__(self):
+        self.generator = np.random.Generator(np.random.PCG64(0))
+        self.draws = 0  # counts draws (and reseeds): an unchanged state is recognised cheaply
+        self.known = None  # (draws, state): the last state read or set, valid while draws agree
+
+
+_random = _RandomState()
 
 
 def seed(n: int) -> None:
-    global _generator, _draws
-    _generator = np.random.Generator(np.random.PCG64(n))
-    _draws += 1
+    """Restart the calling thread's generator from seed ``n``."""
+    _random.generator = np.random.Generator(np.random.PCG64(n))
+    _random.draws += 1
 
 
 def random_state():
@@ -256,31 +282,29 @@ def random_state():
     Reading NumPy's state costs microseconds, and a checkpointed loop asks for
     it around every action, so an unchanged state is handed out again.
     """
-    global _known
-    if _known is None or _known[0] != _draws:
-        _known = (_draws, _generator.bit_generator.state)
-    return _known[1]
+    r = _random
+    if r.known is None or r.known[0] != r.draws:
+        r.known = (r.draws, r.generator.bit_generator.state)
+    return r.known[1]
 
 
 def set_random_state(state) -> None:
-    global _known, _draws
-    if _known is not None and _known[1] is state and _known[0] == _draws:
+    r = _random
+    if r.known is not None and r.known[1] is state and r.known[0] == r.draws:
         return  # the generator is in this state already
-    _generator.bit_generator.state = state
-    _draws += 1
-    _known = (_draws, state)
+    r.generator.bit_generator.state = state
+    r.draws += 1
+    r.known = (r.draws, state)
 
 
 def uniform(low, high, size, dtype, device="cpu"):
-    global _draws
-    _draws += 1
-    return to_device(np.asarray(_generator.uniform(low, high, size), dtype=dtype), device)
+    _random.draws += 1
+    return to_device(np.asarray(_random.generator.uniform(low, high, size), dtype=dtype), device)
 
 
 def normal(loc, scale, size, dtype, device="cpu"):
-    global _draws
-    _draws += 1
-    return to_device(np.asarray(_generator.normal(loc, scale, size), dtype=dtype), device)
+    _random.draws += 1
+    return to_device(np.asarray(_random.generator.normal(loc, scale, size), dtype=dtype), device)
 
 
 # --- building workloads ---------------------------------------------------------------

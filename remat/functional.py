@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from . import backend
 from .ops import identity
-from .tape import BackwardError, backward_to, enable_grad, next_sequence, no_grad
-from .tensor import DTypeError, Tensor, own_gradients
+from .tape import GRAD_DEPTH, BackwardError, backward_to, enable_grad, next_sequence, no_grad
+from .tensor import DTypeError, Tensor, as_leaf_dtype, own_gradients
 
 
 class GradcheckError(AssertionError):
@@ -31,9 +31,6 @@ def _check_scalar(out, f):
         )
 
 
-_running = 0  # how many functions under rm.grad are running now (nested differentiation)
-
-
 def value_and_grad(f, argnums=0):
     """``g(*args) -> (f(*args), gradient)``; the gradient is a tuple if ``argnums`` is.
 
@@ -47,45 +44,53 @@ def value_and_grad(f, argnums=0):
     nums = (argnums,) if single else tuple(argnums)
 
     def value_and_grad_f(*args):
-        global _running
         for n in nums:
             if not -len(args) <= n < len(args):
                 raise IndexError(f"argnums={argnums} but the function got {len(args)} arguments")
-        nested = _running > 0 or any(isinstance(a, Tensor) and a.node is not None for a in args)
-        positions = {n % len(args) for n in nums}
-        inputs = [  # arrays are copied: an op that saves one must not lock the caller's array
-            Tensor(backend.asarray(a)) if i not in positions and backend.is_array(a) else a
+        positions = [n % len(args) for n in nums]
+        if len(set(positions)) < len(positions):
+            raise ValueError(
+                f"rm.grad: argnums={argnums} names argument(s) "
+                f"{sorted({p for p in positions if positions.count(p) > 1})} more than once "
+                f"(the function got {len(args)} arguments); name each argument once"
+            )
+        depth = GRAD_DEPTH.get()
+        nested = depth > 0 or any(isinstance(a, Tensor) and a.node for a in args)
+        inputs = [  # arrays are copied: the caller's array stays theirs
+            Tensor(a) if i not in positions and backend.is_array(a) else a
             for i, a in enumerate(args)
         ]
         for n in nums:
             a = args[n]
-            if nested and isinstance(a, Tensor) and a.node is not None:
+            if nested and isinstance(a, Tensor) and a.node:
                 inputs[n] = identity(a)  # stands for a, and stays connected to a's graph
             else:
-                data = backend.asarray(a.data if isinstance(a, Tensor) else a)
+                data = backend.asarray(a._data if isinstance(a, Tensor) else a)
                 if not backend.is_floating(data.dtype):
                     raise DTypeError(
                         f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats"
                     )
-                inputs[n] = Tensor(data, True)
+                inputs[n] = Tensor._wrap(data, True)
         targets = [inputs[n] for n in nums]
         floor = next_sequence()  # records made from here on are this call's own
-        _running += 1
+        token = GRAD_DEPTH.set(depth + 1)
         try:
             with enable_grad():  # rm.grad differentiates even inside rm.no_grad()
                 out = f(*inputs)
         finally:
-            _running -= 1
+            GRAD_DEPTH.reset(token)
         _check_scalar(out, f)
-        seed = backend.ones_like(out.data)
+        seed = backend.ones_like(out._data)
         grads = backward_to(
-            out, Tensor(seed) if nested else seed, [t.node for t in targets], floor, nested
+            out, Tensor._wrap(seed) if nested else seed, [t.node for t in targets], floor, nested
         )
         results = []
         for t, g in zip(targets, grads):
             if g is None:  # f does not depend on this input
-                g = backend.zeros(t.shape, t.dtype, like=t.data)
-                g = Tensor(g) if nested else g
+                g = backend.zeros(t.shape, t.dtype, like=t._data)
+                g = Tensor._wrap(g) if nested else g
+            elif not nested:
+                g = as_leaf_dtype(g, t.node)
             results.append(g)
         if not nested:
             results = [g for _, g in own_gradients(enumerate(results), seed)]
@@ -154,6 +159,7 @@ def divmod_index(flat_index, shape):
 
 
 def _value(f, arrays):
-    with no_grad():  # copies: f may lock what it keeps, and the arrays are perturbed next
-        out = f(*[Tensor(backend.copy(a)) for a in arrays])
-    return float(backend.to_host(out.data).reshape(-1)[0])
+    with no_grad():  # copies: the arrays are perturbed next
+        out = f(*[Tensor(a) for a in arrays])
+    value = out._data if isinstance(out, Tensor) else backend.asarray(out)
+    return float(backend.to_host(value).reshape(-1)[0])

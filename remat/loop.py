@@ -27,10 +27,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import backend, schedules
+from . import backend, guard, schedules
 from .ops.core import Op
 from .schedules.arguments import require_count
-from .tape import STATE, BackwardError, Record, Sweep, Tape, enable_grad, next_sequence, no_grad
+from .tape import (
+    GRAD_ENABLED,
+    STEP,
+    BackwardError,
+    EscapeError,
+    Record,
+    StepRecord,
+    StepValue,
+    Sweep,
+    Tape,
+    check_step_value,
+    enable_grad,
+    next_sequence,
+    no_grad,
+)
 from .tensor import Tensor
 
 SCHEDULE_NAMES = schedules.SCHEDULE_NAMES
@@ -210,6 +224,8 @@ class StepSweep(Sweep):
     the outer sweep, which finishes its gradient.
     """
 
+    RECORD = StepRecord
+
     def __init__(self, outer, step_tape):
         super().__init__(outer.ns)
         self.outer = outer
@@ -218,7 +234,7 @@ class StepSweep(Sweep):
         self.input_grads = [None] * len(step_tape.inputs)
 
     def add(self, node, g):
-        if type(node) is Record and node.seq >= self.floor:
+        if type(node) is StepRecord and node.seq >= self.floor:
             super().add(node, g)
             return
         k = self.input_ids.get(id(node))
@@ -279,7 +295,7 @@ class LoopRun:
     """One execution of ``tape.loop``: the schedule's actions, carried out."""
 
     def __init__(self, tape, step, schedule, x0, x0_nodes, structure, until, max_steps):
-        self.tape = tape
+        self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
         self.step = step
         self.schedule = schedule
         self.actions = iter(schedule)
@@ -297,7 +313,7 @@ class LoopRun:
         self.position = 0
         self.evaluating = None  # the step being evaluated, for error messages
         self.current = (x0, backend.random_state())  # (arrays, rng state) of x_position
-        self.slots = {}  # (level, slot) -> (step, arrays, rng state)
+        self.slots = {}  # (level, slot) -> (step, arrays, rng state, guard checks, seq)
         self.tapes = {}  # step index -> StepTape
         self.held = Holdings()
         self.cotangent = None  # of x_position during the reverse sweep
@@ -306,15 +322,6 @@ class LoopRun:
             snapshots=schedule.snapshots,
             timeline=[(0, 0)] if tape.trace else None,
         )
-        self.handlers = {
-            schedules.Advance: self.advance,
-            schedules.Tape: self.tape_steps,
-            schedules.Reverse: self.reverse,
-            schedules.Discard: self.discard,
-            schedules.Snapshot: self.snapshot,
-            schedules.Restore: self.restore,
-            schedules.Free: self.free,
-        }
 
     @property
     def nbytes(self):
@@ -330,21 +337,26 @@ class LoopRun:
         """
         self.evaluating = i
         self.stats.forward_steps += 1
-        if self.structure == "tensor":  # the common case, kept short
-            inputs = (Tensor(arrays[0], taped and self.differentiable[0]),)
-            out = self.step(inputs[0])
-            data = getattr(out, "data", None)
-            if (
-                type(out) is Tensor
-                and data.shape == self.shapes[0]
-                and data.dtype == self.dtypes[0]
-            ):
-                return (data,), inputs, (out,)
-        else:
-            inputs = tuple([Tensor(a, taped and d) for a, d in zip(arrays, self.differentiable)])
-            out = self.step(inputs)
+        token = STEP.set(StepValue(i))  # what the step makes without a gradient is marked
+        try:
+            if self.structure == "tensor":  # the common case, kept short
+                inputs = (Tensor._wrap(arrays[0], taped and self.differentiable[0]),)
+                out = self.step(inputs[0])
+                if (
+                    type(out) is Tensor
+                    and out._data.shape == self.shapes[0]
+                    and out._data.dtype == self.dtypes[0]
+                ):
+                    return (out._data,), inputs, (out,)
+            else:
+                inputs = tuple(
+                    [Tensor._wrap(a, taped and d) for a, d in zip(arrays, self.differentiable)]
+                )
+                out = self.step(inputs)
+        finally:
+            STEP.reset(token)
         outputs = self.check_output(i, out)
-        return tuple([t.data for t in outputs]), inputs, outputs
+        return tuple([t._data for t in outputs]), inputs, outputs
 
     def check_output(self, i, out):
         if self.structure == "tensor":
@@ -403,7 +415,7 @@ class LoopRun:
             floor = next_sequence()
             with recorder, enable_grad():
                 arrays, inputs, outputs = self.call_step(i, arrays, taped=True)
-            saved = _saved_by_step(recorder.records, floor, inputs)
+            saved = _close_step(recorder.records, floor, inputs)
             self.tapes[i] = StepTape(inputs, outputs, floor, saved)
             self.held.hold(saved)
             self.mark()
@@ -428,7 +440,7 @@ class LoopRun:
         """The predicate on x_n.  Random numbers it draws do not move the steps' stream
         (they would not be drawn again when steps are recomputed)."""
         rng = backend.random_state()
-        inputs = tuple(Tensor(a) for a in arrays)
+        inputs = tuple(Tensor._wrap(a) for a in arrays)
         with no_grad():
             answer = self.until(inputs[0] if self.structure == "tensor" else inputs)
         backend.set_random_state(rng)
@@ -450,25 +462,35 @@ class LoopRun:
         if key in self.slots:
             self.held.release(self.slots[key][1])
         arrays, rng = self.current
-        if self.tape.snapshot_device is not None:  # offload, e.g. GPU -> host memory
-            arrays = tuple(backend.to_device(a, self.tape.snapshot_device) for a in arrays)
-        for a in arrays:  # a snapshot changed in place would give wrong gradients
-            backend.lock(a)
-        self.slots[key] = (action.step, arrays, rng)
+        if self.snapshot_device is not None:  # offload, e.g. GPU -> host memory
+            arrays = tuple(backend.to_device(a, self.snapshot_device) for a in arrays)
+        # A snapshot changed in place would give wrong gradients: fingerprint
+        # what the user could write (remat.guard), and check at Restore.
+        found = guard.checks(arrays) if guard.WATCHED else None
+        self.slots[key] = (action.step, arrays, rng, found, next_sequence())
         self.held.hold(arrays)
         self.stats.peak_snapshots = max(self.stats.peak_snapshots, len(self.slots))
 
     def restore(self, action):
-        step, arrays, rng = self.slots[(action.level, action.slot)]
+        step, arrays, rng, found, seq = self.slots[(action.level, action.slot)]
         if step != action.step:
             raise LoopError(f"schedule asked for {action} but that slot holds x_{step}")
-        if self.tape.snapshot_device is not None:
+        k = guard.changed(arrays, found, seq)
+        if k is not None:
+            raise LoopError(
+                f"tape.loop: the snapshot of x_{step} (state component {k}, shape "
+                f"{arrays[k].shape}) was changed in place after it was taken (through .data, "
+                "np.asarray(t) or a view of them inside a step), so recomputing from it would "
+                "give wrong gradients. A step must not write into its input state: compute a "
+                "new state out of place."
+            )
+        if self.snapshot_device is not None:
             arrays = tuple(backend.to_device(a, d) for a, d in zip(arrays, self.devices))
         self.current = (arrays, rng)
         self.position = step
 
     def free(self, action):
-        _, arrays, _ = self.slots.pop((action.level, action.slot))
+        arrays = self.slots.pop((action.level, action.slot))[1]
         self.held.release(arrays)
 
     def reverse(self, action):
@@ -476,11 +498,11 @@ class LoopRun:
             step_tape = self.tapes.pop(i)
             sweep = StepSweep(self.outer_sweep, step_tape)
             for t, g in zip(step_tape.outputs, self.cotangent):
-                if t.node is not None:
+                if t.node:
                     sweep.add(t.node, g)
             sweep.run()
             self.cotangent = [
-                g if g is not None else backend.zeros(t.shape, t.dtype, like=t.data)
+                g if g is not None else backend.zeros(t.shape, t.dtype, like=t._data)
                 for g, t in zip(sweep.input_grads, step_tape.inputs)
             ]
             self.held.release(step_tape.saved)
@@ -493,7 +515,7 @@ class LoopRun:
             self.stats.timeline.append((self.stats.forward_steps, self.held.bytes))
 
     def carry_out(self, action):
-        self.handlers[type(action)](action)
+        HANDLERS[type(action)](self, action)
         self.mark()
 
     def run_forward(self):
@@ -523,7 +545,7 @@ class LoopRun:
                     break
                 try:
                     self.carry_out(action)
-                except LoopError:
+                except (LoopError, EscapeError):
                     raise
                 except Exception as error:
                     raise LoopError(
@@ -548,15 +570,30 @@ class LoopRun:
         self.cotangent = self.outer_sweep = None
 
 
-def _saved_by_step(records, floor, inputs):
-    """The arrays a step's records hold of the step's own values (what it made, or
-    its input state); parameters are not the loop's to count."""
+# What carries out each action (a table of plain functions: bound methods kept on
+# the run would make a reference cycle, and hold the run until the cyclic GC).
+HANDLERS = {
+    schedules.Advance: LoopRun.advance,
+    schedules.Tape: LoopRun.tape_steps,
+    schedules.Reverse: LoopRun.reverse,
+    schedules.Discard: LoopRun.discard,
+    schedules.Snapshot: LoopRun.snapshot,
+    schedules.Restore: LoopRun.restore,
+    schedules.Free: LoopRun.free,
+}
+
+
+def _close_step(records, floor, inputs):
+    """Mark a taped step's records as its own (StepRecord: a sweep other than the
+    step's refuses them), and return the arrays they hold of the step's own
+    values (what it made, or its input state); parameters are not the loop's to count."""
     input_ids = {id(t.node) for t in inputs}
     saved = []
     for record in records:
+        record.__class__ = StepRecord
         for a, node in zip(record.args, record.parents):
             inside = node is None or (
-                node.seq >= floor if type(node) is Record else id(node) in input_ids
+                node.seq >= floor if isinstance(node, Record) else id(node) in input_ids
             )
             if inside and a is not None and backend.is_array(a):
                 saved.append(a)
@@ -593,8 +630,12 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
     schedule = tape.policy.online() if until is not None else tape.policy.offline(steps)
     if steps is not None and schedule.steps is None:  # an online schedule, on a known length
         max_steps = steps
-    x0 = tuple(t.data for t in tensors)
-    x0_nodes = tuple(t.node for t in tensors)
+    x0 = tuple(t._data for t in tensors)
+    if GRAD_ENABLED.get():
+        for t in tensors:
+            if t.node is not None and not t.node:
+                check_step_value("tape.loop", t.node)
+    x0_nodes = tuple(t.node or None for t in tensors)
     run = LoopRun(tape, step, schedule, x0, x0_nodes, structure, until, max_steps)
     try:
         final = run.run_forward()
@@ -602,9 +643,9 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
         run.release()
         raise
     tape.loops.append(run.stats)
-    if not STATE.grad_enabled:
+    if not GRAD_ENABLED.get():
         run.release()
-        outputs = tuple(Tensor(a) for a in final)
+        outputs = tuple(Tensor._wrap(a) for a in final)
     else:
         # Recorded even when x_0 needs no gradient: a step may use a parameter
         # in steps that were not taped in the forward sweep.
@@ -616,7 +657,7 @@ def run_loop(tape, step, state, steps=None, until=None, max_steps=None):
                     a, Record(SELECT, (record,), (None,), None, {"index": k, **select}, a.shape)
                 )
                 if differentiable
-                else Tensor(a)  # integer parts (counters) carry no gradient
+                else Tensor._wrap(a)  # integer parts (counters) carry no gradient
                 for k, (a, differentiable) in enumerate(zip(final, run.differentiable))
             )
     return outputs[0] if structure == "tensor" else outputs

@@ -13,17 +13,32 @@ from .tensor import Tensor
 
 
 def seed(n: int) -> None:
-    """Restart the generator from seed ``n``."""
+    """Restart the calling thread's generator from seed ``n`` (each thread has its own)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"rm.random.seed: n must be an integer >= 0, got {n!r}")
     backend.seed(n)
 
 
+def _constants(name, **params):
+    """Distribution parameters as plain values; a Tensor that requires grad is refused
+    (its gradient would be lost: reparametrize instead)."""
+    for key, value in params.items():
+        if isinstance(value, Tensor) and value.requires_grad:
+            raise TypeError(
+                f"rm.random.{name}: {key} is a Tensor that requires grad, and samples carry no "
+                f"gradient; draw standard samples and transform them instead (for example "
+                "loc + scale * rm.random.normal(size=...))"
+            )
+    return [v._data if isinstance(v, Tensor) else v for v in params.values()]
+
+
 def uniform(low=0.0, high=1.0, size=None, dtype=backend.float64, device="cpu") -> Tensor:
     """Samples from U[low, high) as a constant Tensor."""
-    return Tensor(backend.uniform(low, high, size, dtype, device))
+    low, high = _constants("uniform", low=low, high=high)
+    return Tensor._wrap(backend.uniform(low, high, size, dtype, device))
 
 
 def normal(loc=0.0, scale=1.0, size=None, dtype=backend.float64, device="cpu") -> Tensor:
     """Samples from N(loc, scale^2) as a constant Tensor."""
-    return Tensor(backend.normal(loc, scale, size, dtype, device))
+    loc, scale = _constants("normal", loc=loc, scale=scale)
+    return Tensor._wrap(backend.normal(loc, scale, size, dtype, device))

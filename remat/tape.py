@@ -30,12 +30,14 @@ that can still reach it, so computations never differentiated do not pile up.
 from __future__ import annotations
 
 import heapq
+import threading
 import weakref
+from contextvars import ContextVar
 from itertools import count
 
-from . import backend
+from . import backend, guard
 
-_sequence = count()
+_sequence = count()  # shared by all threads: numbers only ever grow
 
 
 def next_sequence() -> int:
@@ -43,23 +45,61 @@ def next_sequence() -> int:
     return next(_sequence)
 
 
-class _State:
-    """Global recording switches: is recording on, and which tape is open."""
+# Recording state, per thread and per context (each thread, and each asyncio
+# task, sees its own values): whether ops are recorded, which Tape is open,
+# how deep inside rm.grad the code runs, and which loop step is running.
+GRAD_ENABLED = ContextVar("remat_grad_enabled", default=True)
+OPEN_TAPE = ContextVar("remat_open_tape", default=None)
+GRAD_DEPTH = ContextVar("remat_grad_depth", default=0)
+STEP = ContextVar("remat_step", default=None)
 
-    __slots__ = ("grad_enabled", "tape")
 
-    def __init__(self):
-        self.grad_enabled = True
-        self.tape = None
+def grad_enabled() -> bool:
+    """Whether ops are recorded here and now (False inside ``rm.no_grad()``)."""
+    return GRAD_ENABLED.get()
 
 
-STATE = _State()
+class StepValue:
+    """The ``node`` of a value computed inside one evaluation of a loop step
+    without a gradient of its own (untaped steps, constants): it behaves as
+    ``None`` (it is falsy) but remembers where the value was made, so that
+    using it outside that step is refused (see :class:`EscapeError`)."""
+
+    __slots__ = ("step",)
+
+    def __init__(self, step):
+        self.step = step
+
+    def __bool__(self):
+        return False
+
+    def __repr__(self):
+        return f"<value of loop step {self.step}>"
+
+
+class EscapeError(RuntimeError):
+    """A value computed inside a step of a checkpointed loop was used outside it."""
+
+
+def escape_error(where, step):
+    return EscapeError(
+        f"{where}: a value computed inside step {step} of a checkpointed loop (tape.loop) is "
+        "used outside that step. A schedule recomputes steps and drops their values, so such a "
+        "value would give a wrong gradient. Return it as part of the state instead, or "
+        ".detach() it (or compute under rm.no_grad()) if you only need its value."
+    )
+
+
+def check_step_value(where, node):
+    """Refuse ``node`` (a falsy, non-None node) unless it belongs to the running step."""
+    if node is not STEP.get():
+        raise escape_error(where, node.step)
 
 
 class Record:
     """One op on the tape, holding what its VJP needs and nothing more."""
 
-    __slots__ = ("op", "seq", "parents", "args", "ans", "kwargs", "shape", "ct")
+    __slots__ = ("op", "seq", "parents", "args", "ans", "kwargs", "shape", "ct", "checks")
 
     def __init__(self, op, parents, args, ans, kwargs, shape):
         self.op = op
@@ -70,7 +110,8 @@ class Record:
         self.kwargs = kwargs
         self.shape = shape
         self.ct = None  # the cotangent, filled in during backward
-        tape = STATE.tape
+        self.checks = None  # fingerprints of saved arrays the user could write (remat.guard)
+        tape = OPEN_TAPE.get()
         if tape is not None:
             tape.records.append(self)
 
@@ -86,8 +127,33 @@ class Record:
     def release(self) -> None:
         self.parents = self.args = self.ans = None
 
+    def check_saved(self):
+        """Raise if a value this record saved was changed in place since (remat.guard)."""
+        arrays = (*self.args, self.ans)
+        i = guard.changed(arrays, self.checks, self.seq)
+        if i is not None:
+            what = "its output" if i == len(self.args) else f"its input {i}"
+            a = arrays[i]
+            raise BackwardError(
+                f"backward through `{self.op.name}` (output shape {self.shape}): {what}, an "
+                f"array of shape {a.shape} and dtype {a.dtype} saved for this backward, was "
+                "changed in place after it was saved (through .data, np.asarray(t), .numpy() or "
+                "a view of them). Change values only when no backward still needs them (after "
+                "backward), or out of place: `with rm.no_grad(): p -= lr * p.grad` rebinds p."
+            )
+
     def __repr__(self):
         return f"<Record #{self.seq} {self.op.name} {self.shape}>"
+
+
+class StepRecord(Record):
+    """A record made inside one taped step of a checkpointed loop.
+
+    The loop's executor retags the records of each step it tapes, so that a
+    sweep other than that step's own can tell when a value escaped the step.
+    """
+
+    __slots__ = ()
 
 
 class Leaf:
@@ -97,36 +163,47 @@ class Leaf:
     and its node form no reference cycle: dropping the tensor frees it at once.
     """
 
-    __slots__ = ("tensor", "shape")
+    __slots__ = ("tensor", "shape", "dtype")
 
     def __init__(self, tensor):
         self.tensor = weakref.ref(tensor)
-        self.shape = tensor.data.shape
+        self.shape = tensor._data.shape
+        self.dtype = tensor._data.dtype
 
     def __repr__(self):
         return f"<Leaf {self.shape}>"
 
 
-class no_grad:
-    """Context manager inside which no op is recorded (and nothing is kept for backward)."""
+class _GradMode:
+    """Context manager setting whether ops are recorded, for this thread and context only."""
+
+    enabled = True
+
+    def __init__(self):
+        self._tokens = threading.local()
 
     def __enter__(self):
-        self._was = STATE.grad_enabled
-        STATE.grad_enabled = False
+        self._tokens.__dict__.setdefault("stack", []).append(GRAD_ENABLED.set(self.enabled))
         return self
 
     def __exit__(self, *exc):
-        STATE.grad_enabled = self._was
+        GRAD_ENABLED.reset(self._tokens.stack.pop())
         return False
 
 
-class enable_grad(no_grad):
+class no_grad(_GradMode):
+    """Context manager inside which no op is recorded (and nothing is kept for backward).
+
+    It affects only the thread (and context) that enters it.
+    """
+
+    enabled = False
+
+
+class enable_grad(_GradMode):
     """Context manager that turns recording back on (used inside no_grad)."""
 
-    def __enter__(self):
-        self._was = STATE.grad_enabled
-        STATE.grad_enabled = True
-        return self
+    enabled = True
 
 
 class Tape:
@@ -154,15 +231,14 @@ class Tape:
         self.loops = []  # the LoopStats of each loop run on this tape
         self.trace = trace
         self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)
-        self._outer = []
+        self._tokens = threading.local()  # a tape may be open in several threads at once
 
     def __enter__(self):
-        self._outer.append(STATE.tape)
-        STATE.tape = self
+        self._tokens.__dict__.setdefault("stack", []).append(OPEN_TAPE.set(self))
         return self
 
     def __exit__(self, *exc):
-        STATE.tape = self._outer.pop()
+        OPEN_TAPE.reset(self._tokens.stack.pop())
         return False
 
     def loop(self, step, state, steps=None, until=None, max_steps=None):
@@ -229,6 +305,11 @@ def unbroadcast(ns, g, shape):
 class Sweep:
     """One reverse sweep: a heap of records waiting, and the leaves' gradients.
 
+    ``RECORD`` is the kind of record this sweep reverses itself: the records
+    of the ordinary tape.  (A loop step's own sweep reverses that step's
+    :class:`StepRecord` s; such a record reaching any other sweep is a value
+    that escaped its step, and is refused.)
+
     ``ns`` is the namespace VJPs compute with (the array module, or remat's
     ops when ``create_graph``).  ``leaf_grads`` maps id(leaf) -> [leaf, grad,
     owned] for each :class:`Leaf` reached; ``owned`` says the sweep made
@@ -243,15 +324,24 @@ class Sweep:
         self.leaf_grads = {}
         self.floor = 0  # records below this sequence number belong to an outer sweep
 
+    RECORD = Record
+
     def add(self, node, g):
         """Add cotangent ``g`` to ``node`` (a Record, or a Leaf)."""
-        if type(node) is Record:
+        if type(node) is self.RECORD:
             ct = node.ct
             if ct is None:
                 node.ct = g
                 heapq.heappush(self.heap, (-node.seq, node))
             else:
                 node.ct = ct + g
+        elif isinstance(node, Record):
+            raise EscapeError(
+                f"backward reached `{node.op.name}` (output shape {node.shape}), which was "
+                "recorded inside a step of a checkpointed loop (tape.loop), from outside that "
+                "step: a value computed inside a step was kept and used elsewhere. Return it as "
+                "part of the state instead, or .detach() it if you only need its value."
+            )
         else:
             entry = self.leaf_grads.get(id(node))
             if entry is None:
@@ -275,6 +365,7 @@ class Sweep:
     def _run(self):
         heap, ns, push, pop = self.heap, self.ns, heapq.heappush, heapq.heappop
         graph, retain, floor = self.create_graph, self.retain_graph, self.floor
+        own, oldest = self.RECORD, guard.OLDEST
         while heap:
             record = pop(heap)[1]
             g = record.ct
@@ -282,6 +373,8 @@ class Sweep:
             parents = record.parents
             if parents is None:
                 raise _freed_error(record)
+            if record.checks is not None or record.seq < oldest[0]:
+                record.check_saved()  # something it saved was handed out: is it intact?
             op = record.op
             if op.custom_backward is not None:
                 op.custom_backward(record, g, self)
@@ -300,7 +393,7 @@ class Sweep:
                 gi = vjps[i](ns, g, ans, *args, **kw) if kw else vjps[i](ns, g, ans, *args)
                 if gi.shape != node.shape:
                     gi = unbroadcast(ns, gi, node.shape)
-                if type(node) is Record and node.seq >= floor:  # self.add, inlined
+                if type(node) is own and node.seq >= floor:  # self.add, inlined
                     ct = node.ct
                     if ct is None:
                         node.ct = gi
@@ -347,7 +440,7 @@ class TargetSweep(Sweep):
         k = self.targets.get(id(node))
         if k is not None:
             self.results[k] = g if self.results[k] is None else self.results[k] + g
-        elif type(node) is Record and node.seq >= self.floor:
+        elif isinstance(node, Record) and node.seq >= self.floor:
             super().add(node, g)
 
 
@@ -361,8 +454,10 @@ def backward_to(root, seed, targets, floor, create_graph=False):
     else:
         ns = backend.ARRAY_NAMESPACE
     sweep = TargetSweep(ns, targets, floor, create_graph=create_graph)
-    if root.node is not None:
+    if root.node:
         sweep.add(root.node, seed)
+    elif root.node is not None:
+        check_step_value("rm.grad", root.node)
     sweep.run()
     return sweep.results
 
@@ -374,7 +469,7 @@ def backward(roots, cotangents, retain_graph=False):
     """
     sweep = Sweep(backend.ARRAY_NAMESPACE, retain_graph=retain_graph)
     for root, ct in zip(roots, cotangents):
-        if root.node is not None:
+        if root.node:
             sweep.add(root.node, ct)
     sweep.run()
     return sweep.leaf_grads

@@ -2,7 +2,8 @@
 
 A Tensor holds its value in ``data`` (a backend array) and one link, ``node``:
 
-* ``None`` for a constant (no gradient wanted);
+* ``None`` for a constant (no gradient wanted), or a falsy
+  :class:`~remat.tape.StepValue` for a constant made inside a loop step;
 * a :class:`~remat.tape.Leaf` for a *leaf* created with ``requires_grad=True``;
 * the :class:`~remat.tape.Record` of the op that produced it otherwise.
 
@@ -12,37 +13,130 @@ Arithmetic operators and methods such as ``.sum()`` are the ops of
 
 from __future__ import annotations
 
-from . import backend
-from .tape import BackwardError, Leaf, Record, backward
+from . import backend, guard
+from .tape import (
+    GRAD_ENABLED,
+    BackwardError,
+    Leaf,
+    Record,
+    backward,
+    escape_error,
+    next_sequence,
+)
 
 
 class Tensor:
-    """A value on the tape.  Create one with :func:`remat.tensor`."""
+    """A value on the tape.  ``Tensor(data, requires_grad)`` is :func:`remat.tensor`.
 
-    __slots__ = ("data", "grad", "node", "__weakref__")
+    ``t.data`` is the value as a backend array, shared, not copied: writing
+    into it (or into ``np.asarray(t)``, ``t.numpy()`` or a view of them) is
+    allowed, and a backward that still needs the old value refuses to run
+    (see :mod:`remat.guard`).  The operators ``+=``, ``-=``, ``*=``, ``/=``
+    give the tensor a new value without touching the old one.
+    """
+
+    __slots__ = ("_data", "grad", "node", "__weakref__")
     __array_ufunc__ = None  # NumPy defers to Tensor's operators (a * t -> t.__rmul__)
     __hash__ = object.__hash__  # comparisons return arrays, identity hashes
 
     def __init__(self, data, requires_grad=False):
-        self.data = data
+        if isinstance(data, Tensor):
+            data = data._data
+        _refuse_tensors_inside(data)
+        self._data = backend.asarray(data)
         self.grad = None
         if requires_grad:
-            _check_differentiable_dtype(data.dtype)
+            _check_differentiable_dtype(self._data.dtype)
         self.node = Leaf(self) if requires_grad else None
+
+    @classmethod
+    def _wrap(cls, array, requires_grad=False):
+        """A tensor holding ``array`` itself, which remat made (internal: no copy)."""
+        t = cls.__new__(cls)
+        t._data = array
+        t.grad = None
+        t.node = Leaf(t) if requires_grad else None
+        return t
 
     @classmethod
     def _from_record(cls, data, node):
         """A tensor on an existing node: an op's output (for the ops; not for users)."""
         t = cls.__new__(cls)
-        t.data = data
+        t._data = data
         t.grad = None
         t.node = node
         return t
 
+    # --- its value ------------------------------------------------------------
+    @property
+    def data(self):
+        """The value, a backend array (NumPy or CuPy), shared with the tensor."""
+        array = self._data
+        guard.expose(array, next_sequence)
+        return array
+
+    @data.setter
+    def data(self, value):
+        if isinstance(value, Tensor):
+            value = value._data
+        if not backend.is_array(value):
+            value = backend.asarray(value)
+        old = self._data
+        if self.node and (value.shape != old.shape or value.dtype != old.dtype):
+            raise ValueError(
+                f"tensor.data = ...: this tensor requires grad and holds shape {old.shape} dtype "
+                f"{old.dtype}; the new value has shape {value.shape} dtype {value.dtype}. Give "
+                "an array of the same shape and dtype, or make a new tensor with rm.tensor"
+            )
+        if value is not old:
+            guard.expose(value, next_sequence)  # the caller still holds it
+            self._data = value
+
+    def _update(self, op, other, symbol):
+        """``self op= other``: a new value for this tensor; the old array is untouched,
+        so a backward that saved it still finds it (remat's in-place ops rebind)."""
+        recording = GRAD_ENABLED.get()
+        if recording and type(self.node) is Leaf:
+            raise RuntimeError(
+                f"`t {symbol} ...` on a leaf tensor that requires grad, outside rm.no_grad(): "
+                "the change would be recorded and the leaf would stop being a leaf. Update "
+                f"parameters inside `with rm.no_grad(): p {symbol} ...`"
+            )
+        result = op(self, other)
+        if result.shape != self.shape:
+            raise ValueError(
+                f"`t {symbol} ...`: the result has shape {result.shape} but t has shape "
+                f"{self.shape}; an in-place update cannot change the shape"
+            )
+        value = result._data
+        if value.dtype != self.dtype:
+            if result.node:
+                raise DTypeError(
+                    f"`t {symbol} ...`: t has dtype {self.dtype} but the recorded result has "
+                    f"dtype {value.dtype}; write `t = t {symbol[0]} ...` to keep the new dtype"
+                )
+            value = value.astype(self.dtype)
+        self._data = value
+        if recording:  # the tensor now stands for the recorded result
+            self.node = result.node
+        return self
+
+    def __iadd__(self, other):
+        return self._update(Tensor.__add__, other, "+=")
+
+    def __isub__(self, other):
+        return self._update(Tensor.__sub__, other, "-=")
+
+    def __imul__(self, other):
+        return self._update(Tensor.__mul__, other, "*=")
+
+    def __itruediv__(self, other):
+        return self._update(Tensor.__truediv__, other, "/=")
+
     # --- what it is ------------------------------------------------------------
     @property
     def requires_grad(self) -> bool:
-        return self.node is not None
+        return bool(self.node)
 
     @requires_grad.setter
     def requires_grad(self, flag):
@@ -52,7 +146,7 @@ class Tensor:
                 f"`{self.node.op.name}`. Use .detach() to make a new leaf."
             )
         if flag:
-            _check_differentiable_dtype(self.data.dtype)
+            _check_differentiable_dtype(self._data.dtype)
         self.node = Leaf(self) if flag else None
 
     @property
@@ -64,11 +158,11 @@ class Tensor:
     def is_leaf(self) -> bool:
         return type(self.node) is not Record
 
-    shape = property(lambda self: self.data.shape)
-    device = property(lambda self: backend.device_of(self.data), doc='"cpu" or "cuda"')
-    ndim = property(lambda self: self.data.ndim)
-    size = property(lambda self: self.data.size)
-    dtype = property(lambda self: self.data.dtype)
+    shape = property(lambda self: self._data.shape)
+    device = property(lambda self: backend.device_of(self._data), doc='"cpu" or "cuda"')
+    ndim = property(lambda self: self._data.ndim)
+    size = property(lambda self: self._data.size)
+    dtype = property(lambda self: self._data.dtype)
 
     # --- gradients -------------------------------------------------------------
     def backward(self, grad=None, retain_graph=False):
@@ -79,20 +173,22 @@ class Tensor:
         arrays are freed as the sweep passes them, so a second backward through
         the same graph raises unless the first was given ``retain_graph=True``.
         """
-        if self.node is None:
+        if not self.node:
+            if self.node is not None:
+                raise escape_error("backward()", self.node.step)
             raise BackwardError(
                 "backward() on a tensor that does not require grad: nothing on the tape leads to "
                 "it. Create the inputs with requires_grad=True (outside rm.no_grad())."
             )
         if grad is None:
-            if self.data.size != 1:
+            if self._data.size != 1:
                 raise BackwardError(
                     f"backward() without a gradient needs a single-element output; this tensor has "
                     f"shape {self.shape}. Pass grad= an array of shape {self.shape}."
                 )
-            seed = backend.ones_like(self.data)
+            seed = backend.ones_like(self._data)
         else:
-            seed = grad.data if isinstance(grad, Tensor) else backend.asarray(grad)
+            seed = grad._data if isinstance(grad, Tensor) else backend.asarray(grad)
             if seed.shape != self.shape:
                 raise BackwardError(
                     f"backward(): grad has shape {seed.shape} but the tensor has shape {self.shape}"
@@ -101,27 +197,32 @@ class Tensor:
         leaf_grads = backward([self], [seed], retain_graph=retain_graph)
         pairs = ((leaf, g) for leaf, g, _ in leaf_grads.values())
         for leaf, g in own_gradients(pairs, seed):
+            g = as_leaf_dtype(g, leaf)
             tensor = leaf.tensor()
             if tensor is not None:  # else nobody can read this gradient any more
                 tensor.grad = g if tensor.grad is None else tensor.grad + g
 
     def detach(self) -> "Tensor":
         """The same values, cut from the tape (a constant sharing the array)."""
-        return Tensor(self.data)
+        return Tensor._wrap(self._data)
 
     def numpy(self):
-        """The value as a NumPy array (copied from the device when needed)."""
-        return backend.to_host(self.data)
+        """The value as a NumPy array (shared on the CPU, copied from a GPU)."""
+        if backend.device_of(self._data) == "cpu":
+            return self.data  # a handle the user may write into: the guard watches it
+        return backend.to_host(self._data)
 
     def item(self):
-        return self.data.item()
+        return self._data.item()
 
     def __array__(self, dtype=None, copy=None):
-        host = backend.to_host(self.data)
-        return host if dtype is None else host.astype(dtype)
+        host = self.numpy()
+        if dtype is not None and host.dtype != dtype:
+            return host.astype(dtype)
+        return host.copy() if copy else host
 
     def __len__(self):
-        return len(self.data)
+        return len(self._data)
 
     def __iter__(self):
         if self.ndim == 0:
@@ -129,18 +230,21 @@ class Tensor:
         return (self[i] for i in range(len(self)))
 
     def __bool__(self):
-        return bool(self.data)
+        return bool(self._data)
 
     def __float__(self):
-        return float(self.data)
+        return float(self._data)
+
+    def __int__(self):
+        return int(self._data)
 
     def __repr__(self):
-        text = repr(backend.to_host(self.data))
+        text = repr(backend.to_host(self._data))
         text = text[text.index("(") + 1 : text.rindex(")")] if text.startswith("array") else text
         extra = "" if self.device == "cpu" else ", device='cuda'"
         if type(self.node) is Record:
             extra += f", op={self.node.op.name}"
-        elif self.node is not None:
+        elif self.node:
             extra += ", requires_grad=True"
         return f"tensor({text}{extra})"
 
@@ -157,6 +261,19 @@ def own_gradients(pairs, seed):
             g = backend.copy(g)
         seen.add(id(g))
         yield leaf, g
+
+
+def as_leaf_dtype(g, leaf):
+    """A leaf's gradient in the leaf's own dtype (float32 stays float32), as in PyTorch."""
+    if g.dtype == leaf.dtype:
+        return g
+    if backend.is_complex(g.dtype) and not backend.is_complex(leaf.dtype):
+        raise BackwardError(
+            f"backward(): the gradient of a real leaf of shape {leaf.shape} and dtype "
+            f"{leaf.dtype} came out complex ({g.dtype}): a complex value was combined with it. "
+            "remat differentiates real functions only; take the real part where it belongs."
+        )
+    return g.astype(leaf.dtype)
 
 
 class DTypeError(TypeError, ValueError):
@@ -179,11 +296,31 @@ def tensor(data, requires_grad=False, dtype=None, device=None) -> Tensor:
     where ``data`` is; the CPU for lists and scalars).
     """
     if isinstance(data, Tensor):
-        data = data.data
+        data = data._data
+    _refuse_tensors_inside(data)
     array = backend.asarray(data, dtype=dtype, device=device)
     if requires_grad:
         _check_differentiable_dtype(array.dtype)
-    return Tensor(array, requires_grad=requires_grad)
+    return Tensor._wrap(array, requires_grad=requires_grad)
+
+
+def _refuse_tensors_inside(data):
+    """rm.tensor([a, b]) makes a new leaf: Tensors inside would silently lose their gradient."""
+    if isinstance(data, (list, tuple)) and holds_tensors(data, needing_grad=True):
+        raise TypeError(
+            "rm.tensor(...) got a list holding Tensors that require grad: the new tensor would "
+            "be a leaf cut from their gradients. Use rm.stack([...]) to keep the gradients, or "
+            "pass [t.detach() for t in ...] to cut them on purpose."
+        )
+
+
+def holds_tensors(items, needing_grad=False):
+    """Whether a (nested) list or tuple holds a Tensor (that requires grad) anywhere."""
+    return any(
+        (isinstance(v, Tensor) and (v.requires_grad or not needing_grad))
+        or (isinstance(v, (list, tuple)) and holds_tensors(v, needing_grad))
+        for v in items
+    )
 
 
 from . import ops as _ops  # noqa: E402  (ops need Tensor defined first)

@@ -54,7 +54,7 @@ class Workload:
     def state_bytes(self):
         """Bytes of one state: what each snapshot holds."""
         parts = self.state if isinstance(self.state, tuple) else (self.state,)
-        return sum(backend.nbytes(t.data) for t in parts)
+        return sum(backend.nbytes(t._data) for t in parts)
 
 
 def _randn(rng, *shape, scale=1.0):
@@ -86,7 +86,7 @@ def rnn(steps=200, hidden=64, vocab=32, batch=16, seed=0):
     rng = backend.default_rng(seed)
     text = rng.integers(0, vocab, size=(steps + 1, batch))
     onehot = backend.one_hot(text, vocab)  # (steps + 1, batch, vocab)
-    inputs, targets = Tensor(onehot[:-1]), Tensor(onehot[1:])
+    inputs, targets = Tensor._wrap(onehot[:-1]), Tensor._wrap(onehot[1:])
     wx = _randn(rng, vocab, hidden, scale=1 / vocab**0.5)
     wh = _randn(rng, hidden, hidden, scale=1 / hidden**0.5)
     wy = _randn(rng, hidden, vocab, scale=1 / hidden**0.5)

@@ -60,16 +60,17 @@ def test_a_chain_of_100000_ops_backpropagates_without_recursion():
     gc.collect()
 
 
-def test_changing_a_saved_array_in_place_raises():
+def test_changing_a_saved_array_in_place_is_refused_at_backward():
     x = rm.tensor(np.array([0.1, 0.2]), requires_grad=True)
     y = rm.sin(x)  # saves x for cos(x)
-    with pytest.raises(ValueError, match="read-only"):
-        x.data[0] = 5.0
+    x.data[0] = 5.0
+    with pytest.raises(rm.BackwardError, match=r"(?s)`sin`.*input 0.*changed in place"):
+        y.sum().backward()
+    x = rm.tensor(np.array([0.1, 0.2]), requires_grad=True)
     z = rm.exp(x)  # saves its output
-    with pytest.raises(ValueError, match="read-only"):
-        z.data += 1.0
-    (y + z).sum().backward()
-    assert np.allclose(x.grad, np.cos([0.1, 0.2]) + np.exp([0.1, 0.2]))
+    z.data += 1.0
+    with pytest.raises(rm.BackwardError, match=r"(?s)`exp`.*its output.*changed in place"):
+        z.sum().backward()
 
 
 def test_rebinding_data_after_backward_is_the_update_pattern():
@@ -304,13 +305,13 @@ def test_a_failed_backward_leaves_no_stale_cotangent():
     assert np.allclose(x.grad, (1.5**3 + 2 * np.sin(x0)) * np.cos(x0))
 
 
-def test_changing_the_base_of_a_saved_view_raises():
+def test_changing_the_base_of_a_saved_view_is_refused():
     w = rm.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
     v = rm.tensor([1.0, 1.0], requires_grad=True)
     out = rm.sin(v @ w.T).sum()  # matmul saves the view w.T
-    with pytest.raises(ValueError, match="read-only"):
-        w.data[0, 0] = 100.0
-    out.backward()
+    w.data[0, 0] = 100.0
+    with pytest.raises(rm.BackwardError, match="`matmul`.*changed in place"):
+        out.backward()
 
 
 @pytest.mark.parametrize(

@@ -68,6 +68,7 @@ CASES = {
     "getitem": (lambda x: x[np.array([0, 2, 0, 0]), 1:3], [r(3, 4)]),
     "identity": (rm.ops.identity, [r(3, 4)]),
     "to_device": (lambda x: rm.to_device(x, "cpu"), [r(3, 4)]),
+    "astype": (lambda x: rm.astype(x, np.float64), [r(3, 4)]),
     "scatter_add": (lambda v: rm.ops.scatter_add((5, 2), np.array([1, 3, 1]), v), [r(3, 2)]),
 }
 

@@ -32,6 +32,7 @@ from .linalg import einsum, matmul
 from .nn import log_softmax, relu, sigmoid, softmax
 from .reduce import logsumexp, max, mean, min, sum
 from .shape import (
+    astype,
     broadcast_to,
     concatenate,
     identity,
@@ -45,7 +46,7 @@ from .shape import (
 
 def sign(x):
     """The sign of each element, as a constant (its derivative is zero almost everywhere)."""
-    return Tensor(backend.sign(as_tensor(x).data))
+    return Tensor._wrap(backend.sign(as_tensor(x)._data))
 
 
 # The namespace VJP rules use when a backward is itself differentiated: the
@@ -67,6 +68,7 @@ TENSOR_NAMESPACE = SimpleNamespace(
     einsum=einsum,
     scatter_add=scatter_add,
     to_device=to_device,
+    astype=astype,
 )
 
 
@@ -74,8 +76,8 @@ def _comparison(name):
     ufunc = getattr(backend.xp, name)
 
     def compare(self, other):
-        other = other.data if isinstance(other, Tensor) else other
-        return Tensor(ufunc(self.data, other))
+        other = other._data if isinstance(other, Tensor) else other
+        return Tensor._wrap(ufunc(self._data, other))
 
     compare.__name__ = f"__{name}__"
     return compare
@@ -116,6 +118,7 @@ def attach_methods(Tensor):
     Tensor.log = log
     Tensor.tanh = tanh
     Tensor.to = to_device
+    Tensor.astype = astype
 
 
 __all__ = sorted(

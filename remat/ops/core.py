@@ -12,6 +12,12 @@ with any number of inputs gives a function of the count instead).  The
 record keeps exactly those (for the inputs that need a gradient), so an op
 never holds on to an array its backward will not read.
 
+Saving an array costs nothing more: remat never writes into an array it made,
+so only memory handed out to the user can change, and those saves are
+fingerprinted (:mod:`remat.guard`).  An output that needs no gradient gets
+the running loop step's marker as its node (None outside loops), so that a
+value escaping a step is recognised (:class:`remat.tape.StepValue`).
+
 Every op is registered in :data:`OPS`, the one table the tests are generated
 from.
 """
@@ -21,11 +27,11 @@ from __future__ import annotations
 from itertools import product
 
 from .. import backend
-from ..tape import STATE, Record
-from ..tensor import Tensor
+from ..guard import WATCHED, checks
+from ..tape import GRAD_ENABLED, STEP, Record, check_step_value
+from ..tensor import Tensor, holds_tensors
 
 xp = backend.xp
-lock = backend.lock
 
 OPS = {}
 """name -> Op: every differentiable primitive, in one table."""
@@ -86,10 +92,20 @@ class Variadic:
 
 
 def as_tensor(value):
-    """A Tensor for any operand: Tensors pass through, arrays and lists are copied."""
+    """A Tensor for any operand: Tensors pass through, arrays and lists are copied,
+    and a (nested) list holding Tensors is stacked, so that their gradients flow."""
     if isinstance(value, Tensor):
         return value
-    return Tensor(backend.asarray(value))
+    if isinstance(value, (list, tuple)) and holds_tensors(value):
+        from .shape import stack
+
+        return stack([as_tensor(v) for v in value])
+    return Tensor._wrap(backend.asarray(value))
+
+
+def _guard(record):
+    """Fingerprint what ``record`` saved of memory the user holds (remat.guard)."""
+    record.checks = checks((*record.args, record.ans))
 
 
 SHAPE_RULES = {}
@@ -107,12 +123,15 @@ def _shape_error(op, datas, error):
     rule = SHAPE_RULES.get(op.name)
     if rule is not None:
         return ShapeError(rule(*datas))
+    if len(datas) == 1:
+        return ShapeError(f"{op.name}: {error} (operand of shape {getattr(datas[0], 'shape', ())})")
     shapes = " and ".join(str(getattr(d, "shape", ())) for d in datas)
     return ShapeError(f"{op.name}: cannot combine operands of shapes {shapes}: {error}")
 
 
 def _operand_error(op, datas, error):
-    """Why an op refused its operands: two devices, or (the usual case) shapes."""
+    """Why an op refused its operands: two devices, shapes, or another NumPy error,
+    always naming the op."""
     devices = backend.mixed_devices(datas)
     if devices is not None:
         return backend.DeviceError(
@@ -120,7 +139,11 @@ def _operand_error(op, datas, error):
         )
     if isinstance(error, ValueError):
         return _shape_error(op, datas, error)
-    return error
+    described = ", ".join(
+        f"{getattr(d, 'dtype', type(d).__name__)} {getattr(d, 'shape', '')}".strip() for d in datas
+    )
+    kind = TypeError if isinstance(error, TypeError) else ValueError
+    return kind(f"{op.name}: {error} (operands: {described})")
 
 
 def _output(out):
@@ -132,53 +155,62 @@ def unary(op, x, **kw):
     """Apply a one-input primitive with keyword arguments (softmax's axis)."""
     if type(x) is not Tensor:
         x = as_tensor(x)
-    data = x.data
-    out = _output(op.forward(data, **kw))
+    data = x._data
+    try:
+        out = _output(op.forward(data, **kw))
+    except (ValueError, TypeError) as error:
+        raise _operand_error(op, (data,), error) from None
     node = x.node
-    if node is None or not STATE.grad_enabled:
-        return Tensor(out)
-    (keep_x,), keep_ans = op.keep[(True,)]
-    if keep_x:
-        lock(data)
-    if keep_ans:
-        lock(out)
-    record = Record(
-        op, (node,), (data if keep_x else None,), out if keep_ans else None, kw, out.shape
-    )
-    return Tensor._from_record(out, record)
+    if node and GRAD_ENABLED.get():
+        (keep_x,), keep_ans = op.keep[(True,)]
+        record = Record(
+            op, (node,), (data if keep_x else None,), out if keep_ans else None, kw, out.shape
+        )
+        if WATCHED:
+            _guard(record)
+        return Tensor._from_record(out, record)
+    if node is not None and not node and GRAD_ENABLED.get():
+        check_step_value(op.name, node)
+    return Tensor._from_record(out, STEP.get())
 
 
 # The two functions below build the hot path of every elementwise op: one
 # closure per op, with the op's forward and what it keeps bound as locals, so
 # that an op on small arrays costs little more than the NumPy call itself.
+# A node is truthy when the value needs a gradient (a Record or a Leaf), and
+# falsy otherwise (None, or a loop step's StepValue marker).
 
 
 def make_unary(op, doc=None):
     """The public function for a one-input primitive: ``f(x) -> Tensor``."""
     forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
+    grad_enabled, step = GRAD_ENABLED.get, STEP.get
     (keep_x,), keep_ans = op.keep[(True,)]
 
     def f(x):
         if type(x) is not Tensor:
             x = as_tensor(x)
-        data = x.data
-        out = forward(data)
+        data = x._data
+        try:
+            out = forward(data)
+        except (ValueError, TypeError) as error:
+            raise _operand_error(op, (data,), error) from None
         if type(out) is not ndarray:
             out = _output(out)
         t = new(Tensor)
-        t.data = out
+        t._data = out
         t.grad = None
         node = x.node
-        if node is None or not STATE.grad_enabled:
-            t.node = None
+        if node and grad_enabled():
+            t.node = record = Record(
+                op, (node,), (data if keep_x else None,), out if keep_ans else None, None, out.shape
+            )
+            if WATCHED:
+                _guard(record)
             return t
-        if keep_x:
-            lock(data)
-        if keep_ans:
-            lock(out)
-        t.node = Record(
-            op, (node,), (data if keep_x else None,), out if keep_ans else None, None, out.shape
-        )
+        if node is not None and not node and grad_enabled():
+            check_step_value(op.name, node)
+        t.node = step()
         return t
 
     f.__name__ = f.__qualname__ = op.name
@@ -189,26 +221,27 @@ def make_unary(op, doc=None):
 def make_binary(op, doc=None):
     """The public function for a two-input primitive; either input may be a Python scalar."""
     forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
+    grad_enabled, step = GRAD_ENABLED.get, STEP.get
     scalars = (int, float)
     keep_both, keep_first, keep_second = (op.keep[m] for m in ((1, 1), (1, 0), (0, 1)))
 
     def f(a, b):
         if type(a) is Tensor:
-            da, na = a.data, a.node
+            da, na = a._data, a.node
         elif isinstance(a, scalars):
             da = a
             na = None
         else:
             a = as_tensor(a)
-            da, na = a.data, a.node
+            da, na = a._data, a.node
         if type(b) is Tensor:
-            db, nb = b.data, b.node
+            db, nb = b._data, b.node
         elif isinstance(b, scalars):
             db = b
             nb = None
         else:
             b = as_tensor(b)
-            db, nb = b.data, b.node
+            db, nb = b._data, b.node
         try:
             out = forward(da, db)
         except (ValueError, TypeError) as error:
@@ -216,31 +249,35 @@ def make_binary(op, doc=None):
         if type(out) is not ndarray:
             out = _output(out)
         t = new(Tensor)
-        t.data = out
+        t._data = out
         t.grad = None
-        if (na is None and nb is None) or not STATE.grad_enabled:
-            t.node = None
-            return t
-        if na is None:
-            (keep_a, keep_b), keep_ans = keep_second
-        elif nb is None:
-            (keep_a, keep_b), keep_ans = keep_first
-        else:
-            (keep_a, keep_b), keep_ans = keep_both
-        if keep_a:
-            lock(da)
-        if keep_b:
-            lock(db)
-        if keep_ans:
-            lock(out)
-        t.node = Record(
-            op,
-            (na, nb),
-            (da if keep_a else None, db if keep_b else None),
-            out if keep_ans else None,
-            None,
-            out.shape,
-        )
+        recording = grad_enabled()
+        if recording:
+            if na is not None and not na:  # a loop step's value: only inside its step
+                check_step_value(op.name, na)
+            if nb is not None and not nb:
+                check_step_value(op.name, nb)
+            if na or nb:
+                if not na:
+                    na = None
+                    (keep_a, keep_b), keep_ans = keep_second
+                elif not nb:
+                    nb = None
+                    (keep_a, keep_b), keep_ans = keep_first
+                else:
+                    (keep_a, keep_b), keep_ans = keep_both
+                t.node = record = Record(
+                    op,
+                    (na, nb),
+                    (da if keep_a else None, db if keep_b else None),
+                    out if keep_ans else None,
+                    None,
+                    out.shape,
+                )
+                if WATCHED:
+                    _guard(record)
+                return t
+        t.node = step()
         return t
 
     f.__name__ = f.__qualname__ = op.name
@@ -254,26 +291,32 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     ``forward_kw`` goes to the forward function; ``vjp_kw`` (default: the
     same) is stored for the VJP rules, which may need more (an input shape).
     """
-    tensors = [as_tensor(v) if backend.is_array(v) or isinstance(v, list) else v for v in inputs]
-    datas = [t.data if isinstance(t, Tensor) else t for t in tensors]
+    tensors = [
+        as_tensor(v) if backend.is_array(v) or isinstance(v, (list, tuple)) else v for v in inputs
+    ]
+    datas = [t._data if isinstance(t, Tensor) else t for t in tensors]
     try:
         out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
     except (ValueError, TypeError) as error:
         raise _operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
     out = _output(out)
     nodes = tuple(t.node if isinstance(t, Tensor) else None for t in tensors)
-    if not STATE.grad_enabled or all(n is None for n in nodes):
-        return Tensor(out)
+    if not GRAD_ENABLED.get():
+        return Tensor._from_record(out, STEP.get())
+    for node in nodes:
+        if node is not None and not node:
+            check_step_value(op.name, node)
+    if not any(nodes):
+        return Tensor._from_record(out, STEP.get())
+    nodes = tuple(node or None for node in nodes)
     mask = tuple(n is not None for n in nodes)
     keep = op.keep.get(mask)
     if keep is None:  # a variadic op: needs(n) gives the tokens for n inputs
         keep = _keep_for(op.needs(len(nodes)), mask, len(nodes))
     keep_args, keep_ans = keep
     saved = tuple(d if k else None for d, k in zip(datas, keep_args))
-    for d in saved:
-        lock(d)
-    if keep_ans:
-        lock(out)
     kw = vjp_kw if vjp_kw is not None else forward_kw
     record = Record(op, nodes, saved, out if keep_ans else None, kw, out.shape)
+    if WATCHED:
+        _guard(record)
     return Tensor._from_record(out, record)

@@ -6,7 +6,8 @@ input's shape (remat.tape.unbroadcast).
 
 import math
 
-from .core import apply, defop, make_binary, make_unary, unary, xp
+from .. import backend
+from .core import Tensor, apply, defop, make_binary, make_unary, unary, xp
 
 # --- one input ------------------------------------------------------------------
 NEGATIVE = defop("negative", xp.negative, lambda ns, g, ans, x: -g, needs=("",))
@@ -69,14 +70,26 @@ DIVIDE = defop(
 
 
 def _power_vjp_base(ns, g, ans, x, y):
-    if isinstance(y, (int, float)) and y == 0:
-        return g * 0.0  # x ** 0 is constant, also at x = 0 (where x ** -1 is inf)
-    return g * y * x ** (y - 1)
+    if isinstance(y, (int, float)):
+        if y == 0:
+            return g * 0.0  # x ** 0 is constant, also at x = 0 (where x ** -1 is inf)
+        return g * y * x ** (y - 1)
+    # where y == 0 the derivative is 0: x ** 1 keeps 0 * inf out of the product
+    return g * y * x ** ns.where(y == 0, 1.0, y - 1)
 
 
 def _power_vjp_exponent(ns, g, ans, x, y):
-    # a Python base keeps NumPy's weak scalar: float32 stays float32
-    return g * ans * (math.log(x) if isinstance(x, (int, float)) else ns.log(x))
+    # d/dy x ** y = x ** y * log(x).  At x = 0 it is 0 for y >= 0 (PyTorch's
+    # convention; 0 * log 0 would be NaN) and -inf for y < 0, which is where
+    # 0 ** y = inf: the output tells the two apart, so y need not be saved.
+    if isinstance(x, (int, float)):  # a Python base keeps NumPy's weak scalar: float32 stays
+        if x == 0:
+            return g * ns.where(ans > 1, -math.inf, 0.0)
+        return g * ans * math.log(x)
+    zero = x == 0
+    at_zero = ns.where(ans > 1, -math.inf, 0.0)
+    elsewhere = ns.where(zero, 1.0, ans) * ns.log(ns.where(zero, 1.0, x))  # no 0 * inf here
+    return g * ns.where(zero, at_zero, elsewhere)
 
 
 POWER = defop("power", xp.power, _power_vjp_base, _power_vjp_exponent, needs=("01", "0a"))
@@ -145,7 +158,20 @@ CLIP = defop("clip", xp.clip, _clip_vjp, needs=("0",))
 
 
 def clip(x, a_min=None, a_max=None):
-    """Limit values to [a_min, a_max] (constant bounds); gradient 0 outside."""
-    a_min = getattr(a_min, "data", a_min)
-    a_max = getattr(a_max, "data", a_max)
-    return unary(CLIP, x, a_min=a_min, a_max=a_max)
+    """Limit values to [a_min, a_max]; gradient 0 outside.
+
+    Constant bounds (numbers, arrays, Tensors that need no gradient) are
+    copied.  A bound that requires a gradient makes clip
+    ``minimum(maximum(x, a_min), a_max)``, so that the bound gets its gradient.
+    """
+    if any(isinstance(b, Tensor) and b.requires_grad for b in (a_min, a_max)):
+        out = x if a_min is None else maximum(x, a_min)
+        return out if a_max is None else minimum(out, a_max)
+    bounds = {}
+    for name, bound in (("a_min", a_min), ("a_max", a_max)):
+        if isinstance(bound, Tensor):
+            bound = bound._data
+        if bound is not None and not isinstance(bound, (int, float)):
+            bound = backend.asarray(bound)  # a copy: later changes cannot reach the tape
+        bounds[name] = bound
+    return unary(CLIP, x, **bounds)

@@ -14,7 +14,7 @@ def _normalize_index(index):
     fixed = []
     for part in parts:
         if isinstance(part, Tensor):
-            part = part.data
+            part = part._data
         if isinstance(part, list) or backend.is_array(part):
             part = backend.as_index(part)
         fixed.append(part)
@@ -59,4 +59,5 @@ SCATTER_ADD = defop(
 
 def scatter_add(shape, index, values):
     """zeros(shape) with ``values`` added at ``index`` (repeated indices add up)."""
-    return apply(SCATTER_ADD, (as_tensor(values),), {"shape": shape, "index": index})
+    index = _normalize_index(index)  # copied: later changes cannot reach the tape
+    return apply(SCATTER_ADD, (as_tensor(values),), {"shape": tuple(shape), "index": index})

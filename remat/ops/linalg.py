@@ -59,10 +59,17 @@ def _einsum_vjp(i, ns, g, ans, *operands, subscripts, shapes):
     target = "".join(c for c in terms[i] if c in present)
     spec = ",".join([output, *others]) + "->" + target
     grad = ns.einsum(spec, g, *(op for j, op in enumerate(operands) if j != i))
-    if target != terms[i]:  # letters summed within operand i alone: broadcast back
-        shape = shapes[i]
-        grad = ns.reshape(grad, tuple(n if c in present else 1 for c, n in zip(terms[i], shape)))
-        grad = ns.broadcast_to(grad, shape)
+    # Back to operand i's axes: a letter summed within operand i alone comes back
+    # as size 1, and so does one that operand i broadcast from size 1 (the tape
+    # sums those); a size-1 axis of the gradient that operand i has in full is
+    # broadcast out again.
+    sizes = dict(zip(target, grad.shape))
+    kept = tuple(sizes.get(c, 1) for c in terms[i])
+    if kept != grad.shape:
+        grad = ns.reshape(grad, kept)
+    full = tuple(n if k == 1 else k for k, n in zip(kept, shapes[i]))
+    if full != kept:
+        grad = ns.broadcast_to(grad, full)
     return grad
 
 

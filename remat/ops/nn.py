@@ -4,7 +4,7 @@ Each is one primitive with a hand-written VJP, rather than a composition of
 smaller ops: fewer records on the tape, and numerically stable forms.
 """
 
-from .core import defop, make_unary, unary, xp
+from .core import as_tensor, check_axis, defop, make_unary, unary, xp
 from .reduce import _logsumexp
 
 
@@ -13,11 +13,15 @@ def _sigmoid(x):
 
 
 def _softmax(x, axis=-1):
+    if x.shape[axis] == 0:  # over an empty axis: an empty result
+        return xp.exp(x)
     e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
 def _log_softmax(x, axis=-1):
+    if x.shape[axis] == 0:
+        return x.copy()
     return x - _logsumexp(x, axis=axis, keepdims=True)
 
 
@@ -42,8 +46,12 @@ relu = make_unary(RELU)
 
 
 def softmax(x, axis=-1):
-    return unary(SOFTMAX, x, axis=axis)
+    """exp(x) / sum(exp(x)) along ``axis``, computed stably."""
+    x = as_tensor(x)
+    return unary(SOFTMAX, x, axis=check_axis("softmax", axis, x.ndim))
 
 
 def log_softmax(x, axis=-1):
-    return unary(LOG_SOFTMAX, x, axis=axis)
+    """x - logsumexp(x) along ``axis``."""
+    x = as_tensor(x)
+    return unary(LOG_SOFTMAX, x, axis=check_axis("log_softmax", axis, x.ndim))

@@ -40,12 +40,17 @@ def _mean_vjp(ns, g, ans, x, axis, keepdims, shape):
 
 
 def _extreme_vjp(ns, g, ans, x, axis, keepdims, shape):
-    # The gradient goes to the extreme elements, shared equally between ties.
+    # The gradient goes to the extreme elements, shared equally between ties
+    # (the tie count is cast to the gradient's dtype, so float32 stays float32).
     mask = x == kept_axes(ns, ans, axis, keepdims, shape)
-    return kept_axes(ns, g, axis, keepdims, shape) * mask / ns.sum(mask, axis=axis, keepdims=True)
+    g = kept_axes(ns, g, axis, keepdims, shape)
+    ties = ns.astype(ns.sum(mask, axis=axis, keepdims=True), g.dtype)
+    return g * mask / ties
 
 
 def _logsumexp(x, axis=None, keepdims=False):
+    if any(x.shape[a] == 0 for a in normalize_axes(axis, x.ndim)):  # log(0): -inf, as PyTorch
+        return xp.full_like(xp.sum(x, axis=axis, keepdims=keepdims), -xp.inf)
     top = xp.max(x, axis=axis, keepdims=True)
     top = xp.where(xp.isfinite(top), top, 0)
     out = xp.log(xp.sum(xp.exp(x - top), axis=axis, keepdims=True)) + top

@@ -22,8 +22,9 @@ RESHAPE = defop(
 def reshape(x, *shape):
     """A new shape for the same values; ``reshape(x, 2, 3)`` and ``reshape(x, (2, 3))`` agree."""
     x = as_tensor(x)
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
+    if len(shape) == 1 and not isinstance(shape[0], int):
+        shape = shape[0]
+    shape = tuple(int(n) for n in shape)  # a copy: an array given as the shape may change
     return apply(RESHAPE, (x,), {"shape": shape}, {"shape": shape, "old_shape": x.shape})
 
 
@@ -153,6 +154,30 @@ def to_device(x, device):
     x = as_tensor(x)
     backend.check_device(device)
     return apply(TO_DEVICE, (x,), {"device": device}, {"device": device, "source": x.device})
+
+
+def _astype(x, dtype, source=None):
+    return x.astype(dtype)
+
+
+ASTYPE = defop(
+    "astype",
+    _astype,
+    lambda ns, g, ans, x, dtype, source: ns.astype(g, source),
+    needs=("",),
+)
+
+
+def astype(x, dtype):
+    """The same values in another dtype; the gradient comes back in the input's dtype."""
+    x = as_tensor(x)
+    dtype = backend.xp.dtype(dtype)
+    if x.requires_grad and not backend.is_floating(dtype):
+        raise TypeError(
+            f"astype: a tensor that requires grad can only become another float dtype, "
+            f"not {dtype} (cast x.detach() to drop the gradient)"
+        )
+    return apply(ASTYPE, (x,), {"dtype": dtype}, {"dtype": dtype, "source": x.dtype})
 
 
 # A new record standing for its input: rm.grad differentiates with respect to

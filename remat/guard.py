@@ -1,0 +1,94 @@
+"""The write guard: a value that backward needs is never changed behind its back.
+
+Backward reads the arrays its ops saved (and a checkpointed loop the states
+it snapshotted), so they must still hold the values they held when saved.
+remat's own code never writes into an array after making it.  The only way
+to change one in place is through a handle given to the user: ``t.data``,
+``np.asarray(t)``, ``t.numpy()``, an array assigned to ``t.data``, and every
+view made of those (``t.data[:2]``, ``t.data.reshape(...)``, ``out=``
+arguments).  So the guard watches exactly the memory it has handed out:
+
+* :func:`expose` marks the memory behind a handle as *watched*.  If that
+  memory was saved before, a fingerprint taken now stands for the value those
+  earlier saves saw (nobody could have written it until now).
+* When an op or a snapshot saves an array whose memory is watched,
+  :func:`checks` fingerprints it there and then.
+* Backward (and a loop restoring a snapshot) asks :func:`changed` before it
+  uses saved arrays, and refuses with an error naming the op if one differs.
+
+Memory nobody was handed costs nothing: one test of an empty dict per op.
+The same mechanism serves NumPy and CuPy (which has no read-only flag).
+A fingerprint is a CRC-32 of the bytes (:func:`remat.backend.fingerprint`),
+so watched arrays cost one pass over their bytes at each save and check.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from . import backend
+
+WATCHED = {}
+"""id(memory owner) -> Watch, for every array handed out that is still alive."""
+
+OLDEST = [-1]
+"""[s]: saves made before sequence number s may rely on a Watch's first fingerprint."""
+
+
+class Watch:
+    """A watched memory owner, and (if it was handed out after being saved) the
+    fingerprint of its value at that moment, with the sequence number then."""
+
+    __slots__ = ("owner", "seq", "fingerprint")
+
+    def __init__(self, owner, seq, fingerprint):
+        key = id(owner)
+        self.owner = weakref.ref(owner, lambda _: WATCHED.pop(key, None))
+        self.seq = seq
+        self.fingerprint = fingerprint
+
+
+def expose(array, next_sequence) -> None:
+    """Note that the user now holds a writable handle to ``array``'s memory."""
+    owner = backend.memory_owner(array)
+    watch = WATCHED.get(id(owner))
+    if watch is not None and watch.owner() is owner:
+        return
+    seq = next_sequence()
+    WATCHED[id(owner)] = Watch(owner, seq, backend.fingerprint(owner))
+    OLDEST[0] = seq
+
+
+def is_watched(array) -> bool:
+    watch = WATCHED.get(id(backend.memory_owner(array)))
+    return watch is not None
+
+
+def checks(arrays):
+    """Fingerprints of the watched arrays among ``arrays``, as ((index, fp), ...), or None."""
+    found = tuple(
+        (i, backend.fingerprint(a))
+        for i, a in enumerate(arrays)
+        if backend.is_array(a) and is_watched(a)
+    )
+    return found or None
+
+
+def changed(arrays, found, seq):
+    """The index of the first of ``arrays`` (saved at ``seq`` with ``checks`` ``found``)
+    whose value is not what was saved, or None when all are intact."""
+    if found is not None:
+        for i, fp in found:
+            if backend.fingerprint(arrays[i]) != fp:
+                return i
+    if seq < OLDEST[0]:  # saved before some memory was handed out: was it this one's?
+        for i, a in enumerate(arrays):
+            if not backend.is_array(a):
+                continue
+            owner = backend.memory_owner(a)
+            watch = WATCHED.get(id(owner))
+            if watch is None or seq >= watch.seq:
+                continue
+            if backend.fingerprint(owner) != watch.fingerprint:
+                return i
+    return None
