@@ -109,6 +109,16 @@ def _figure_path(text):
     return str(path)
 
 
+def _output_options(command, figure):
+    command.add_argument("--format", default="table", choices=FORMATS, help="output format")
+    command.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=_figure_path,
+        help=f"also write {figure} (.png if no extension)",
+    )
+
+
 def build_parser():
     parser = _Parser(
         prog="remat",
@@ -143,13 +153,7 @@ def build_parser():
         default=3,
         help="timed runs per schedule, interleaved across schedules; time is their median",
     )
-    compare.add_argument("--format", default="table", choices=FORMATS, help="output format")
-    compare.add_argument(
-        "--plot",
-        metavar="FILE",
-        type=_figure_path,
-        help="also write a figure of memory, step evaluations and time (.png if no extension)",
-    )
+    _output_options(compare, "a figure of memory, step evaluations and time")
     schedule = commands.add_parser(
         "schedule",
         help="print and draw one schedule",
@@ -173,13 +177,7 @@ def build_parser():
         default=60,
         help="list the actions if the loop has at most this many steps",
     )
-    schedule.add_argument("--format", default="table", choices=FORMATS, help="output format")
-    schedule.add_argument(
-        "--plot",
-        metavar="FILE",
-        type=_figure_path,
-        help="also write the schedule diagram (.png if no extension)",
-    )
+    _output_options(schedule, "the schedule diagram")
     return parser
 
 
