@@ -279,7 +279,7 @@ def _max_diff(grads, reference):
     return max(float(abs(g - r).max()) for g, r in zip(grads, reference))
 
 
-def measure(workload_name, steps, snapshots, repeats=3, trace=False, runner=None):
+def measure(workload_name, steps, snapshots, repeats=3, trace=False):
     """Every schedule of :data:`COMPARED`, measured: a list of rows (dicts).
 
     First one run per schedule under tracemalloc (memory; it also warms up),
@@ -287,15 +287,19 @@ def measure(workload_name, steps, snapshots, repeats=3, trace=False, runner=None
     schedule once in a rotated order; a row's ``seconds`` is the median.
     Every run's gradients are compared with store_all's.  ``trace`` adds one
     more run per schedule with ``trace=True``, whose tape is kept for the
-    figure.  ``runner`` stands in for :func:`run_once` (tests use it).
+    figure.
     """
-    runner = runner or run_once
+    if tracemalloc.is_tracing():
+        raise ValueError(
+            "tracemalloc is already tracing (PYTHONTRACEMALLOC or -X tracemalloc?): "
+            "run without it, so that the timed runs are not slowed down by tracing"
+        )
     total = len(COMPARED) * (repeats + 1 + bool(trace))
     runs = iter(_progress(range(total), "runs"))
 
     def run(name, **kwargs):
         next(runs, None)
-        return runner(workload_name, steps, snapshots, name, **kwargs)
+        return run_once(workload_name, steps, snapshots, name, **kwargs)
 
     first = {name: run(name, memory=True) for name in COMPARED}
     reference = first["store_all"]["grads"]

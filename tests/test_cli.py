@@ -144,6 +144,17 @@ def test_time_is_measured_without_tracemalloc_and_memory_in_other_runs(monkeypat
         assert row["seconds"] == sorted(row["seconds_runs"])[1]  # the median
 
 
+def test_compare_refuses_to_time_under_an_outer_tracemalloc():
+    result = subprocess.run(
+        [sys.executable, "-X", "tracemalloc", "-m", "remat", "compare", "--steps", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert "tracemalloc is already tracing" in result.stderr
+
+
 def test_version_and_bare_remat():
     version = run_cli("--version")
     assert version.returncode == 0 and version.stdout.strip() == f"remat {rm.__version__}"
