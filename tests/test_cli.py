@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import platform
 import subprocess
 import sys
 import tracemalloc
@@ -85,7 +86,7 @@ def test_compare_json_carries_every_figure_and_the_environment():
     assert document["ok"] is True and document["failures"] == []
     assert (document["steps"], document["snapshots"], document["repeats"]) == (30, 4, 2)
     assert document["versions"] == {
-        "python": ".".join(map(str, sys.version_info[:3])),
+        "python": platform.python_version(),
         "numpy": np.__version__,
         "remat": rm.__version__,
     }
