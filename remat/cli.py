@@ -1,33 +1,60 @@
 """The command line: ``remat compare`` and ``remat schedule``.
 
 ``remat compare`` runs one real workload under store_all, sqrt, revolve and
-online checkpointing and prints what each bought and cost, all measured in
-that run: step evaluations (checked against the binomial optimum), bytes held
-by the tape, the tracemalloc peak, wall time, and the largest difference of
-each gradient from store_all's (which must be exactly zero).
+online checkpointing and prints what each bought and cost, all measured:
+step evaluations (checked against the binomial optimum), bytes held by the
+tape, the tracemalloc peak, wall time, and the largest difference of each
+gradient from store_all's (which must be exactly zero).  Wall time comes from
+runs made without tracemalloc (which slows allocation down several times),
+repeated with the schedules interleaved, and is their median; memory comes
+from separate runs under tracemalloc.
 
 ``remat schedule`` prints a schedule's actions and totals and can draw it.
+
+Both take ``--format table|csv|json``; json carries every figure measured plus
+the versions of Python, NumPy and remat and a description of the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import gc
+import json
 import os
+import platform
+import statistics
 import sys
 import time
 import tracemalloc
 from pathlib import Path
 
+from . import __version__, backend
 from . import schedules as S
 from .tape import Tape
 from .workloads import WORKLOADS, make_workload
 
 COMPARED = ("store_all", "sqrt", "revolve", "online")
+FORMATS = ("table", "csv", "json")
+MiB = 2**20
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, unless it has none (None) or is a flag."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit status 2)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -49,38 +76,149 @@ def _count(name, minimum, maximum):
 
 
 def _figure_path(text):
-    """Where to write a figure: a file in an existing folder (.png if no extension given)."""
+    """Where to write a figure, checked before any work is done.
+
+    The folder must exist and be writable, matplotlib must be importable, and
+    the extension must be a format matplotlib writes (``.png`` if none is given).
+    """
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name, e.g. x.png")
-    if not path.parent.is_dir():
+    folder = path.parent
+    if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
-    return str(path if path.suffix else path.with_suffix(".png"))
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} is not writable")
+    try:
+        from .plot import _pyplot
+
+        _pyplot()
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise argparse.ArgumentTypeError(
+            "--plot needs matplotlib: pip install 'remat[plot]'"
+        ) from None
+    if not path.suffix:
+        path = path.with_suffix(".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        raise argparse.ArgumentTypeError(
+            f"cannot write a {path.suffix!r} figure; use one of "
+            + ", ".join(f".{f}" for f in sorted(formats))
+        )
+    return str(path)
+
+
+def _output_options(command, figure):
+    command.add_argument("--format", default="table", choices=FORMATS, help="output format")
+    command.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=_figure_path,
+        help=f"also write {figure} (.png if no extension)",
+    )
 
 
 def build_parser():
-    parser = _Parser(prog="remat", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(
+        prog="remat",
+        description="Reverse-mode autodiff with checkpointing: compare schedules on a real "
+        "workload, or print and draw one schedule.",
+        epilog="Run 'remat COMMAND --help' for the options of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"remat {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     compare = commands.add_parser(
-        "compare", help="run a workload under each schedule and compare memory, work and time"
+        "compare",
+        help="run a workload under each schedule and compare memory, work and time",
+        description="Run one workload under store_all, sqrt, revolve and online "
+        "checkpointing; time runs without tracemalloc, measure memory in separate runs "
+        "under tracemalloc, and check that every gradient equals store_all's exactly.",
     )
-    compare.add_argument("--workload", default="resmlp", choices=sorted(WORKLOADS))
-    compare.add_argument("--steps", type=_count("--steps", 1, 10**6), default=200)
-    compare.add_argument("--snapshots", type=_count("--snapshots", 1, 10**4), default=8)
     compare.add_argument(
-        "--plot", metavar="FILE", type=_figure_path, help="write a figure of memory and time"
+        "--workload", default="resmlp", choices=sorted(WORKLOADS), help="the loop to run"
     )
-    schedule = commands.add_parser("schedule", help="print and draw one schedule")
-    schedule.add_argument("--steps", type=_count("--steps", 1, 10**7), required=True)
-    schedule.add_argument("--snapshots", type=_count("--snapshots", 1, 10**4))
-    schedule.add_argument("--schedule", default="revolve", choices=S.SCHEDULE_NAMES)
+    compare.add_argument(
+        "--steps", type=_count("--steps", 1, 10**6), default=200, help="loop length n"
+    )
+    compare.add_argument(
+        "--snapshots",
+        type=_count("--snapshots", 1, 10**4),
+        default=8,
+        help="snapshot budget of revolve and online (store_all and sqrt take none)",
+    )
+    compare.add_argument(
+        "--repeats",
+        type=_count("--repeats", 1, 1000),
+        default=3,
+        help="timed runs per schedule, interleaved across schedules; time is their median",
+    )
+    _output_options(compare, "a figure of memory, step evaluations and time")
+    schedule = commands.add_parser(
+        "schedule",
+        help="print and draw one schedule",
+        description="Print a schedule's actions (for short loops) and what it costs, "
+        "counted by schedules.simulate.",
+    )
     schedule.add_argument(
-        "--plot", metavar="FILE", type=_figure_path, help="write the schedule diagram"
+        "--steps", type=_count("--steps", 1, 10**7), required=True, help="loop length n"
     )
     schedule.add_argument(
-        "--show", type=int, default=60, help="print actions if at most this many steps"
+        "--snapshots",
+        type=_count("--snapshots", 1, 10**4),
+        help="snapshot budget (required by revolve, periodic and online; refused by the others)",
     )
+    schedule.add_argument(
+        "--schedule", default="revolve", choices=S.SCHEDULE_NAMES, help="which schedule"
+    )
+    schedule.add_argument(
+        "--show",
+        type=_count("--show", 0, 10**7),
+        default=60,
+        help="list the actions if the loop has at most this many steps",
+    )
+    _output_options(schedule, "the schedule diagram")
     return parser
+
+
+# --- what every machine-readable result carries --------------------------------------
+
+
+def environment():
+    """Versions and machine, for the json output."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        cpus = None
+    return dict(
+        versions=dict(
+            python=platform.python_version(),
+            numpy=backend.xp.__version__,
+            remat=__version__,
+        ),
+        machine=dict(
+            platform=platform.platform(),
+            machine=platform.machine(),
+            processor=platform.processor(),
+            python_implementation=platform.python_implementation(),
+            cpu_count=os.cpu_count(),
+            cpus_usable=cpus,
+        ),
+    )
+
+
+def _write_csv(rows, out):
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def _write_json(document, out):
+    json.dump(document, out, indent=2)
+    out.write("\n")
+
+
+# --- compare -------------------------------------------------------------------------
 
 
 def _progress(items, desc):
@@ -94,109 +232,294 @@ def _progress(items, desc):
     return tqdm(items, desc=desc, leave=False)
 
 
-def _tape_for(name, snapshots, trace):
+def _tape_for(name, snapshots, trace=False):
     if name in ("store_all", "sqrt"):
         return Tape(schedule=name, trace=trace)
     return Tape(snapshots=snapshots, schedule=name, trace=trace)
 
 
-def measure(workload_name, steps, snapshots, name, trace=False):
-    """One run of the workload under schedule ``name``: a dict of measured figures."""
+def run_once(workload_name, steps, snapshots, name, memory=False, trace=False):
+    """One forward + backward of the workload under schedule ``name``.
+
+    With ``memory=True`` the run is made under tracemalloc and its peak is
+    returned as ``traced`` (its time, distorted by tracing, is not returned);
+    otherwise it is timed and ``seconds`` is returned.  ``trace=True`` makes
+    the tape record bytes held over time (for the figure; it costs memory).
+    """
     workload = make_workload(workload_name, steps=steps)
-    tape = _tape_for(name, snapshots, trace)  # a trace costs memory: only for --plot
+    tape = _tape_for(name, snapshots, trace)
+    online = name == "online"
     gc.collect()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    start = time.perf_counter()
-    loss, grads = workload.loss_and_gradients(tape, online=name == "online")
-    seconds = time.perf_counter() - start
-    traced = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
-    budget = tape.stats.snapshots
+    result = dict(schedule=name, tape=tape, state_bytes=workload.state_bytes)
+    if memory:
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            loss, grads = workload.loss_and_gradients(tape, online=online)
+            result["traced"] = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+    else:
+        start = time.perf_counter()
+        loss, grads = workload.loss_and_gradients(tape, online=online)
+        result["seconds"] = time.perf_counter() - start
+    result.update(loss=loss, grads=grads, stats=tape.stats)
+    return result
+
+
+def _optimum(name, steps, budget):
     # The binomial optimum assumes one step's tape at a time; sqrt keeps a whole
     # segment's tapes, so it sits outside that model (no optimum to check).
     if name == "store_all":
-        optimum = steps  # every step taped once: nothing to recompute
-    else:
-        optimum = None if name == "sqrt" else S.optimal_forward_steps(steps, budget)
-    return dict(
-        schedule=name,
-        snapshots=budget,
-        stats=tape.stats,
-        optimum=optimum,
-        traced=traced,
-        seconds=seconds,
-        loss=loss,
-        grads=grads,
-        tape=tape,
-        state_bytes=workload.state_bytes,
-    )
+        return steps  # every step taped once: nothing to recompute
+    return None if name == "sqrt" else S.optimal_forward_steps(steps, budget)
+
+
+def _max_diff(grads, reference):
+    return max(float(abs(g - r).max()) for g, r in zip(grads, reference))
+
+
+def measure(workload_name, steps, snapshots, repeats=3, trace=False):
+    """Every schedule of :data:`COMPARED`, measured: a list of rows (dicts).
+
+    First one run per schedule under tracemalloc (memory; it also warms up),
+    then ``repeats`` timed rounds without tracemalloc, each running every
+    schedule once in a rotated order; a row's ``seconds`` is the median.
+    Every run's gradients are compared with store_all's.  ``trace`` adds one
+    more run per schedule with ``trace=True``, whose tape is kept for the
+    figure.
+    """
+    if tracemalloc.is_tracing():
+        raise ValueError(
+            "tracemalloc is already tracing (PYTHONTRACEMALLOC or -X tracemalloc?): "
+            "run without it, so that the timed runs are not slowed down by tracing"
+        )
+    total = len(COMPARED) * (repeats + 1 + bool(trace))
+    runs = iter(_progress(range(total), "runs"))
+
+    def run(name, **kwargs):
+        next(runs, None)
+        return run_once(workload_name, steps, snapshots, name, **kwargs)
+
+    first = {name: run(name, memory=True) for name in COMPARED}
+    reference = first["store_all"]["grads"]
+    diffs = {name: _max_diff(first[name]["grads"], reference) for name in COMPARED}
+    losses = {name: {first[name]["loss"]} for name in COMPARED}
+    seconds = {name: [] for name in COMPARED}
+    for round_ in range(repeats):
+        shift = round_ % len(COMPARED)
+        for name in COMPARED[shift:] + COMPARED[:shift]:
+            timed = run(name)
+            seconds[name].append(timed["seconds"])
+            diffs[name] = max(diffs[name], _max_diff(timed["grads"], reference))
+            losses[name].add(timed["loss"])
+    traced = {name: run(name, trace=True)["tape"] for name in COMPARED} if trace else {}
+    rows = []
+    for name in COMPARED:
+        stats = first[name]["stats"]
+        budget = stats.snapshots
+        rows.append(
+            dict(
+                schedule=name,
+                snapshots=budget,
+                steps=stats.steps,
+                forward_steps=stats.forward_steps,
+                recomputed_steps=stats.recomputed_steps,
+                optimum=_optimum(name, steps, budget),
+                factor=stats.forward_steps / steps,
+                peak_snapshots=stats.peak_snapshots,
+                tape_peak_bytes=stats.peak_bytes,
+                traced_peak_bytes=first[name]["traced"],
+                seconds=statistics.median(seconds[name]),
+                seconds_min=min(seconds[name]),
+                seconds_max=max(seconds[name]),
+                seconds_runs=seconds[name],
+                max_grad_diff=diffs[name],
+                loss=first[name]["loss"],
+                losses_agree=len(losses[name]) == 1 and losses[name] == losses["store_all"],
+                state_bytes=first[name]["state_bytes"],
+                tape=traced.get(name),
+            )
+        )
+    return rows
+
+
+def _check(rows):
+    failures = []
+    for row in rows:
+        name = row["schedule"]
+        if row["max_grad_diff"] != 0.0:
+            failures.append(f"{name}: gradients differ from store_all by {row['max_grad_diff']:g}")
+        if not row["losses_agree"]:
+            failures.append(f"{name}: the loss differs between runs or from store_all's")
+        if name == "revolve" and row["forward_steps"] != row["optimum"]:
+            failures.append(
+                f"revolve: {row['forward_steps']} step evaluations, the optimum is {row['optimum']}"
+            )
+    return failures
+
+
+PUBLIC = (  # the fields of a row that csv and json print
+    "schedule",
+    "snapshots",
+    "steps",
+    "forward_steps",
+    "recomputed_steps",
+    "optimum",
+    "factor",
+    "peak_snapshots",
+    "tape_peak_bytes",
+    "traced_peak_bytes",
+    "seconds",
+    "seconds_min",
+    "seconds_max",
+    "seconds_runs",
+    "max_grad_diff",
+    "loss",
+)
 
 
 def compare(args, out=None):
     out = out or sys.stdout
+    rows = measure(args.workload, args.steps, args.snapshots, args.repeats, bool(args.plot))
+    failures = _check(rows)
+    description = make_workload(args.workload, steps=1).description
     if args.plot:
-        from .plot import _pyplot
+        _compare_figure(rows, args).savefig(args.plot, dpi=110, bbox_inches="tight")
+    public = [{key: row[key] for key in PUBLIC} for row in rows]
+    if args.format == "json":
+        document = dict(
+            command="compare",
+            workload=args.workload,
+            description=description,
+            steps=args.steps,
+            snapshots=args.snapshots,
+            repeats=args.repeats,
+            state_bytes=rows[0]["state_bytes"],
+            method=(
+                f"seconds: median of {args.repeats} runs per schedule without tracemalloc, "
+                "schedules interleaved; traced_peak_bytes: one separate run per schedule "
+                "under tracemalloc; tape_peak_bytes: the loop's own byte accounting"
+            ),
+            rows=public,
+            failures=failures,
+            ok=not failures,
+            figure=args.plot,
+            **environment(),
+        )
+        _write_json(document, out)
+    elif args.format == "csv":
+        for row in public:
+            row["seconds_runs"] = " ".join(f"{s:.6f}" for s in row["seconds_runs"])
+        _write_csv(public, out)
+    else:
+        _compare_table(rows, args, description, failures, out)
+    if failures and args.format != "table":
+        print("\n".join(failures), file=sys.stderr)
+    return 1 if failures else 0
 
-        _pyplot()  # fail now, not after the runs, if matplotlib is missing
-    rows = [
-        measure(args.workload, args.steps, args.snapshots, name, trace=bool(args.plot))
-        for name in _progress(COMPARED, "schedules")
-    ]
-    reference = rows[0]["grads"]
-    failures = []
+
+def _compare_table(rows, args, description, failures, out):
     lines = [
-        f"workload {args.workload} ({make_workload(args.workload, args.steps).description}), "
-        f"{args.steps} steps, one state = {rows[0]['state_bytes'] / 1024:.1f} KiB",
+        f"workload {args.workload} ({description}), {args.steps} steps, "
+        f"one state = {rows[0]['state_bytes'] / 1024:.1f} KiB",
         "",
         f"{'schedule':<10} {'slots':>5} {'forward':>8} {'optimum':>8} {'factor':>6} "
         f"{'tape MiB':>9} {'traced MiB':>10} {'time s':>7} {'max |grad diff|':>16}",
     ]
     for row in rows:
-        stats = row["stats"]
-        diff = max(float(abs(g - r).max()) for g, r in zip(row["grads"], reference))
-        if diff != 0.0:
-            failures.append(f"{row['schedule']}: gradients differ from store_all by {diff:g}")
-        if row["schedule"] == "revolve" and stats.forward_steps != row["optimum"]:
-            failures.append(
-                f"revolve: {stats.forward_steps} step evaluations, the optimum is {row['optimum']}"
-            )
         lines.append(
-            f"{row['schedule']:<10} {row['snapshots']:>5} {stats.forward_steps:>8} "
-            f"{row['optimum'] or '-':>8} {stats.forward_steps / args.steps:>6.2f} "
-            f"{stats.peak_bytes / 2**20:>9.3f} {row['traced'] / 2**20:>10.3f} "
-            f"{row['seconds']:>7.3f} {diff:>16.3g}"
+            f"{row['schedule']:<10} {row['snapshots']:>5} {row['forward_steps']:>8} "
+            f"{row['optimum'] or '-':>8} {row['factor']:>6.2f} "
+            f"{row['tape_peak_bytes'] / MiB:>9.3f} {row['traced_peak_bytes'] / MiB:>10.3f} "
+            f"{row['seconds']:>7.3f} {row['max_grad_diff']:>16.3g}"
         )
     lines += [
         "",
         "slots: snapshot budget; forward: step evaluations counted by the executor; optimum: "
         "the binomial minimum for that budget (sqrt keeps a whole segment of step tapes, "
         "outside that model); tape MiB: most bytes the loop held; traced MiB: "
-        "tracemalloc peak of the whole forward + backward.",
+        "tracemalloc peak of the whole forward + backward, in a separate run; time s: "
+        f"median of {args.repeats} runs without tracemalloc, schedules interleaved.",
     ]
     if args.plot:
-        _compare_figure(rows, args).savefig(args.plot, dpi=110, bbox_inches="tight")
         lines.append(f"figure written to {args.plot}")
     lines += failures or ["gradients identical under every schedule"]
     print("\n".join(lines), file=out)
-    return 1 if failures else 0
+
+
+COLORS = {  # one colour per schedule, in every panel
+    "store_all": "tab:gray",
+    "sqrt": "tab:orange",
+    "revolve": "tab:red",
+    "online": "tab:purple",
+}
 
 
 def _compare_figure(rows, args):
     from .plot import _pyplot, memory_timeline
 
     plt = _pyplot()
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 4))
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    (held, evaluations), (seconds, timeline) = axes
     names = [r["schedule"] for r in rows]
-    left.bar(names, [r["stats"].peak_bytes / 2**20 for r in rows], color="tab:blue")
-    left.set_ylabel("peak MiB held by the loop")
-    middle.bar(names, [r["seconds"] for r in rows], color="tab:red")
-    middle.set_ylabel("wall time (s), forward + backward")
-    for r in rows:
-        memory_timeline(r["tape"], ax=right, label=r["schedule"])
-    right.set_yscale("log")
+    colors = [COLORS[name] for name in names]
+    held.bar(names, [r["tape_peak_bytes"] / MiB for r in rows], color=colors)
+    held.plot(
+        names,
+        [r["traced_peak_bytes"] / MiB for r in rows],
+        "kD",
+        label="tracemalloc peak of the run",
+    )
+    held.set_yscale("log")
+    held.set_ylabel("peak MiB (log)")
+    held.legend(fontsize=8, frameon=False, loc="upper right")
+    held.set_title("bars: held by the loop (tape.stats.peak_bytes)", fontsize=9)
+    evaluations.bar(names, [r["forward_steps"] for r in rows], color=colors)
+    labelled = False
+    for i, row in enumerate(rows):
+        if row["optimum"]:
+            evaluations.hlines(
+                row["optimum"],
+                i - 0.4,
+                i + 0.4,
+                color="black",
+                lw=2,
+                label=None if labelled else "optimum for the memory model",
+            )
+            labelled = True
+    evaluations.set_ylabel("step evaluations")
+    evaluations.set_ylim(0, 1.2 * max(r["forward_steps"] for r in rows))
+    evaluations.legend(fontsize=8, frameon=False, loc="upper left")
+    seconds.bar(names, [r["seconds"] for r in rows], color=colors)
+    seconds.set_ylabel("wall time (s), forward + backward")
+    seconds.set_title(f"median of {args.repeats} runs without tracemalloc", fontsize=9)
+    for row in rows:
+        memory_timeline(
+            row["tape"], ax=timeline, label=row["schedule"], color=COLORS[row["schedule"]]
+        )
+    timeline.set_yscale("log")
+    timeline.set_ylabel("MiB held by the loop (log)")
+    timeline.set_title("held over the run (a traced run)", fontsize=9)
     fig.suptitle(f"remat compare: {args.workload}, {args.steps} steps, {args.snapshots} snapshots")
+    fig.tight_layout()
     return fig
+
+
+# --- schedule ------------------------------------------------------------------------
+
+
+def _actions(sched, steps, online):
+    """The schedule's actions, finishing an online schedule after ``steps`` steps."""
+    actions = iter(sched)
+    for action in actions:
+        yield action
+        if online and isinstance(action, S.Tape) and action.stop == steps:
+            actions.finish(steps)
+
+
+def _action_dict(action):
+    return {"action": type(action).__name__, **dict(zip(action._fields, action))}
 
 
 def schedule(args, out=None):
@@ -216,47 +539,90 @@ def schedule(args, out=None):
     sched = S.make_schedule(
         args.schedule, steps=None if online else args.steps, snapshots=args.snapshots
     )
-    if args.steps <= args.show:
-        actions = iter(sched)
-        position = 0
-        for action in actions:
-            print(f"  {action!r}", file=out)
-            if isinstance(action, (S.Advance, S.Tape)):
-                position = action.stop
-                if online and position == args.steps and isinstance(action, S.Tape):
-                    actions.finish(args.steps)
     sim = S.simulate(sched, steps=args.steps if online else None)
+    optimum = None
     if args.schedule in ("revolve", "online"):
         optimum = S.optimal_forward_steps(args.steps, args.snapshots)
-        comparison = f"the binomial optimum with {args.snapshots} slots is {optimum}"
-    else:  # these keep several step tapes at once: outside the binomial model
-        comparison = f"it keeps up to {sim.peak_tapes} step tapes at once"
-    print(
-        f"{sched!r}: {sim.forward_steps} step evaluations ({sim.advances} untaped, "
-        f"{sim.taped_steps} taped), {sim.reversed_steps} reversed, peak {sim.peak_snapshots} "
-        f"snapshots; {comparison}",
-        file=out,
-    )
-    if args.plot:
+    shown = args.steps <= args.show
+    if args.plot:  # before the output, so that a reader going away cannot stop it
         from .plot import schedule_diagram
 
         schedule_diagram(sched, steps=args.steps if online else None).savefig(
             args.plot, dpi=110, bbox_inches="tight"
         )
-        print(f"diagram written to {args.plot}", file=out)
+    if args.format == "table":
+        if shown:
+            for action in _actions(sched, args.steps, online):
+                print(f"  {action!r}", file=out)
+        if optimum is not None:
+            comparison = f"the binomial optimum with {args.snapshots} slots is {optimum}"
+        else:  # these keep several step tapes at once: outside the binomial model
+            comparison = f"it keeps up to {sim.peak_tapes} step tapes at once"
+        print(
+            f"{sched!r}: {sim.forward_steps} step evaluations ({sim.advances} untaped, "
+            f"{sim.taped_steps} taped), {sim.reversed_steps} reversed, peak "
+            f"{sim.peak_snapshots} snapshots; {comparison}",
+            file=out,
+        )
+        if args.plot:
+            print(f"diagram written to {args.plot}", file=out)
+        return 0
+    totals = dict(
+        schedule=args.schedule,
+        description=repr(sched),
+        steps=sim.steps,
+        snapshots=args.snapshots,
+        forward_steps=sim.forward_steps,
+        advances=sim.advances,
+        taped_steps=sim.taped_steps,
+        reversed_steps=sim.reversed_steps,
+        peak_snapshots=sim.peak_snapshots,
+        peak_tapes=sim.peak_tapes,
+        actions=sim.actions,
+        optimum=optimum,
+    )
+    if args.format == "csv":
+        _write_csv([totals], out)
+        return 0
+    listed = [_action_dict(a) for a in _actions(sched, args.steps, online)] if shown else None
+    _write_json(
+        dict(command="schedule", **totals, action_list=listed, figure=args.plot, **environment()),
+        out,
+    )
     return 0
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
+def _quiet_exit_on_broken_pipe():
+    """The reader went away (``remat ... | head``): stop writing, say nothing.
+
+    Python flushes stdout once more at exit, which would fail again and print
+    a message; pointing the file descriptor at /dev/null makes that flush
+    harmless.
+    """
     try:
-        return {"compare": compare, "schedule": schedule}[args.command](args)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a real file: nothing to flush later
+        pass
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        status = {"compare": compare, "schedule": schedule}[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:  # before OSError, which it is a kind of
+        _quiet_exit_on_broken_pipe()
+        return 0
     except (ValueError, ImportError, OSError) as error:
         print(f"remat {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # the reader went away (remat ... | head): not an error
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so the exit flush cannot fail
-        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

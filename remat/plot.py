@@ -102,15 +102,18 @@ def schedule_diagram(schedule, steps=None, ax=None, title=None):
     return fig
 
 
-def memory_timeline(tape, ax=None, label=None):
-    """Bytes the tape's loops held, over their step evaluations (needs ``trace=True``)."""
+def memory_timeline(tape, ax=None, label=None, color=None):
+    """Bytes the tape's loops held, over their step evaluations (needs ``trace=True``).
+
+    ``color`` (any matplotlib colour) draws every loop of the tape in it.
+    """
     fig, ax = _axes(ax)
     for stats in tape.loops:
         if not stats.timeline:
             raise ValueError("memory_timeline needs a tape made with rm.Tape(..., trace=True)")
         xs = [t for t, _ in stats.timeline]
         ys = [b / 2**20 for _, b in stats.timeline]
-        ax.step(xs, ys, where="post", label=label or stats.schedule)
+        ax.step(xs, ys, where="post", label=label or stats.schedule, color=color)
     ax.set_xlabel("time (step evaluations)")
     ax.set_ylabel("MiB held by the loop")
     ax.legend(fontsize=8, frameon=False)

@@ -1,7 +1,12 @@
-"""The command line: exit codes, the comparison table, and one-line errors."""
+"""The command line: exit codes, the three output formats, and one-line errors."""
 
+import csv
+import io
+import json
+import platform
 import subprocess
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -44,7 +49,9 @@ def test_compare_prints_a_measured_table_and_exits_zero():
         (["schedule", "--steps", "10", "--schedule", "fancy"], "invalid choice: 'fancy'"),
         (["schedule", "--steps", "10"], "--schedule revolve needs --snapshots"),
         (["schedule", "--steps", "ten", "--snapshots", "2"], "must be an integer"),
-        ([], "required: command"),
+        (["compare", "--plot", "figure.foo"], "cannot write a '.foo' figure; use one of"),
+        (["compare", "--format", "xml"], "invalid choice: 'xml'"),
+        (["compare", "--repeats", "0"], "--repeats must be between 1 and 1000, got 0"),
     ],
 )
 def test_bad_arguments_give_one_line_and_status_2(args, message):
@@ -56,18 +63,153 @@ def test_bad_arguments_give_one_line_and_status_2(args, message):
 
 
 def test_compare_fails_when_a_gradient_differs(monkeypatch, capsys):
-    real = cli.measure
+    real = cli.run_once
 
-    def tampered(workload, steps, snapshots, name, trace=False):
-        row = real(workload, steps, snapshots, name, trace)
-        if name == "revolve":
+    def tampered(workload, steps, snapshots, name, **kwargs):
+        row = real(workload, steps, snapshots, name, **kwargs)
+        if name == "revolve" and "seconds" in row:  # one of the timed runs only
             row["grads"] = [g + 1e-12 for g in row["grads"]]
         return row
 
-    monkeypatch.setattr(cli, "measure", tampered)
+    monkeypatch.setattr(cli, "run_once", tampered)
     args = cli.build_parser().parse_args(["compare", "--steps", "12", "--snapshots", "3"])
     assert cli.compare(args) == 1
     assert "revolve: gradients differ from store_all" in capsys.readouterr().out
+
+
+def test_compare_json_carries_every_figure_and_the_environment():
+    result = run_cli(
+        "compare", "--steps", "30", "--snapshots", "4", "--repeats", "2", "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["ok"] is True and document["failures"] == []
+    assert (document["steps"], document["snapshots"], document["repeats"]) == (30, 4, 2)
+    assert document["versions"] == {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "remat": rm.__version__,
+    }
+    assert document["machine"]["cpu_count"] >= 1 and document["machine"]["platform"]
+    rows = {row["schedule"]: row for row in document["rows"]}
+    assert list(rows) == list(cli.COMPARED)
+    for name, row in rows.items():
+        assert set(row) == set(cli.PUBLIC), name
+        assert row["max_grad_diff"] == 0.0, name
+        assert row["loss"] == rows["store_all"]["loss"]
+        assert row["steps"] == 30
+        assert row["forward_steps"] == row["steps"] + row["recomputed_steps"]
+        assert len(row["seconds_runs"]) == 2
+        assert row["seconds_min"] <= row["seconds"] <= row["seconds_max"]
+        assert row["traced_peak_bytes"] > 0 and row["tape_peak_bytes"] > 0
+    assert rows["revolve"]["forward_steps"] == schedules.optimal_forward_steps(30, 4)
+    assert rows["revolve"]["optimum"] == schedules.optimal_forward_steps(30, 4)
+    assert rows["store_all"]["forward_steps"] == 30 and rows["sqrt"]["optimum"] is None
+    assert rows["revolve"]["tape_peak_bytes"] < rows["store_all"]["tape_peak_bytes"]
+
+
+def test_compare_csv_has_one_row_per_schedule():
+    result = run_cli("compare", "--steps", "20", "--snapshots", "3", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [row["schedule"] for row in rows] == list(cli.COMPARED)
+    assert all(list(row) == list(cli.PUBLIC) for row in rows)
+    assert all(float(row["max_grad_diff"]) == 0.0 for row in rows)
+    revolve = rows[2]
+    assert int(revolve["forward_steps"]) == schedules.optimal_forward_steps(20, 3)
+    assert len(revolve["seconds_runs"].split()) == 3  # the default --repeats
+
+
+def test_time_is_measured_without_tracemalloc_and_memory_in_other_runs(monkeypatch):
+    names, tracing = [], []  # for every run, in order: its schedule, and whether traced
+    real_tape_for, real_run = cli._tape_for, workloads.Workload.loss_and_gradients
+
+    def tape_for(name, snapshots, trace=False):
+        names.append(name)
+        return real_tape_for(name, snapshots, trace)
+
+    def run(self, tape, online=False):
+        tracing.append(tracemalloc.is_tracing())
+        return real_run(self, tape, online=online)
+
+    monkeypatch.setattr(cli, "_tape_for", tape_for)
+    monkeypatch.setattr(workloads.Workload, "loss_and_gradients", run)
+    rows = cli.measure("ode", 10, 3, repeats=3)
+    order = list(cli.COMPARED)
+    assert names[:4] == order and tracing[:4] == [True] * 4  # memory first, one run each
+    assert tracing[4:] == [False] * 12 and not tracemalloc.is_tracing()
+    rounds = [names[i : i + 4] for i in range(4, 16, 4)]
+    assert rounds == [order, order[1:] + order[:1], order[2:] + order[:2]]  # interleaved
+    for row in rows:
+        assert len(row["seconds_runs"]) == 3
+        assert row["seconds"] == sorted(row["seconds_runs"])[1]  # the median
+
+
+def test_compare_refuses_to_time_under_an_outer_tracemalloc():
+    result = subprocess.run(
+        [sys.executable, "-X", "tracemalloc", "-m", "remat", "compare", "--steps", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert "tracemalloc is already tracing" in result.stderr
+
+
+def test_version_and_bare_remat():
+    version = run_cli("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"remat {rm.__version__}"
+    bare = run_cli()
+    assert bare.returncode == 0 and bare.stderr == ""
+    assert bare.stdout.startswith("usage: remat") and "compare" in bare.stdout
+    assert "schedule" in bare.stdout and "--version" in bare.stdout
+
+
+@pytest.mark.parametrize("command", ["compare", "schedule"])
+def test_every_option_has_help_and_its_default(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    parser = cli.build_parser()._subparsers._group_actions[0].choices[command]
+    for action in parser._actions:
+        assert action.help, f"{command} {action.option_strings} has no help"
+        if action.default not in (None, False, "==SUPPRESS=="):
+            assert f"(default: {action.default})" in text, action.option_strings
+
+
+def test_plot_needs_matplotlib_and_says_so_before_any_work(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    monkeypatch.setattr(cli, "measure", lambda *a, **k: pytest.fail("work was done"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["compare", "--plot", str(tmp_path / "c.png")])
+    assert exit_.value.code == 2
+    assert "--plot needs matplotlib: pip install 'remat[plot]'" in capsys.readouterr().err
+
+
+def test_compare_figure_has_one_colour_per_schedule(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+
+    path = tmp_path / "compare"  # no extension: .png is added
+    args = cli.build_parser().parse_args(
+        ["compare", "--workload", "ode", "--steps", "15", "--snapshots", "3", "--plot", str(path)]
+    )
+    rows = cli.measure("ode", 15, 3, repeats=1, trace=True)
+    fig = cli._compare_figure(rows, args)
+    held, evaluations, seconds, timeline = fig.axes
+    want = [to_hex(cli.COLORS[name]) for name in cli.COMPARED]
+    for ax in (held, evaluations, seconds):
+        assert [to_hex(bar.get_facecolor()) for bar in ax.patches] == want
+    assert held.get_yscale() == "log" and timeline.get_yscale() == "log"
+    assert [bar.get_height() for bar in evaluations.patches] == [
+        row["forward_steps"] for row in rows
+    ]
+    lines = {line.get_label(): to_hex(line.get_color()) for line in timeline.get_lines()}
+    assert lines == dict(zip(cli.COMPARED, want))
+    assert cli.compare(args) == 0
+    assert path.with_suffix(".png").stat().st_size > 10_000
+    assert f"figure written to {path}.png" in capsys.readouterr().out
 
 
 def test_schedule_prints_actions_and_totals(capsys):
@@ -76,6 +218,47 @@ def test_schedule_prints_actions_and_totals(capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].strip() == "Snapshot(0, 0)"
     assert "30 step evaluations" in out and "optimum with 2 slots is 30" in out
+
+
+def test_schedule_csv_and_json(capsys):
+    args = cli.build_parser().parse_args(
+        ["schedule", "--steps", "10", "--snapshots", "2", "--format", "csv"]
+    )
+    assert cli.schedule(args) == 0
+    (row,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
+    assert int(row["forward_steps"]) == int(row["optimum"]) == 30
+    args = cli.build_parser().parse_args(
+        ["schedule", "--steps", "10", "--snapshots", "2", "--format", "json"]
+    )
+    assert cli.schedule(args) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["forward_steps"] == schedules.optimal_forward_steps(10, 2)
+    assert len(document["action_list"]) == document["actions"]
+    assert document["action_list"][0] == {
+        "action": "Snapshot",
+        "step": 0,
+        "slot": 0,
+        "level": "memory",
+    }
+    assert document["versions"]["remat"] == rm.__version__
+
+
+@pytest.mark.parametrize("fmt", cli.FORMATS)
+def test_a_reader_that_goes_away_is_not_an_error(fmt):
+    # `remat schedule ... | head -1`: far more output than a pipe holds, so the
+    # writer meets the closed pipe whatever the timing.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "remat", "schedule", "--steps", "2000", "--snapshots", "4"]
+        + ["--show", "2000", "--format", fmt],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    first = process.stdout.readline()
+    process.stdout.close()
+    errors = process.stderr.read()
+    process.stderr.close()
+    assert process.wait(timeout=120) == 0
+    assert first.strip() and errors == b""
 
 
 def test_online_schedule_from_the_command_line(capsys):

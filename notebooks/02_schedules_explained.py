@@ -1,0 +1,313 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -all
+#     notebook_metadata_filter: kernelspec,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Schedules explained
+#
+# A *schedule* decides, for a loop `x_0 -> x_1 -> ... -> x_n` (step `i` maps `x_i` to
+# `x_(i+1)`), which states to keep, which steps to recompute and when, so that the
+# backward sweep can visit steps `n-1, n-2, ..., 0` in turn. This notebook draws the
+# schedules of `remat.schedules` for small `n`, derives the binomial formula that
+# revolve attains, checks it against a brute-force search, and measures the
+# `O(log n)` memory / `O(n log n)` work regime and the price of not knowing `n`.
+#
+# Everything here is pure Python arithmetic on schedules (`schedules.simulate` plays
+# a schedule on paper and counts it); nothing is differentiated, so it runs in
+# seconds.
+
+# %%
+from functools import lru_cache
+from math import ceil, comb, log2
+
+import matplotlib
+
+if "inline" not in matplotlib.get_backend():
+    matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+import remat as rm
+from remat import schedules
+from remat.plot import schedule_diagram
+
+plt.rcParams["figure.dpi"] = 72  # small figures, so that the executed notebook stays small
+
+# %% [markdown]
+# ## A schedule is a list of actions
+#
+# The executor behind `tape.loop` understands a small vocabulary:
+# `Advance(a, b)` evaluates steps `a..b-1` without recording, `Tape(a, b)` evaluates
+# them recording each step's tape, `Snapshot(i, slot)` / `Restore(i, slot)` /
+# `Free(slot)` store, reload and drop the state `x_i`, `Reverse(a, b)` backpropagates
+# through taped steps `b-1` down to `a`, and `EndForward()` marks the end of the
+# user's forward pass. Here is revolve reversing 6 steps with 2 slots:
+
+# %%
+for action in schedules.Revolve(6, 2):
+    print(action)
+sim = schedules.simulate(schedules.Revolve(6, 2))
+print(sim)
+assert sim.forward_steps == 6 + sim.advances and sim.peak_snapshots == 2
+
+# %% [markdown]
+# `simulate` checks every rule (a step is reversed only once it is taped, steps are
+# reversed `n-1` down to `0`, slots stay within the budget, ...) and counts the cost:
+# `forward_steps` is every evaluation of a step, taped or not. Each step is taped
+# exactly once, right before it is reversed, so
+# `forward_steps = n + (untaped evaluations)`.
+#
+# ## Diagrams for n = 20
+#
+# Time (step evaluations and reversals) runs across, the step index up. Blue lines are
+# untaped advances, green taped steps, red reversals; squares are snapshots and dots
+# restores.
+#
+# * **Sqrt** stores every 5th state in the forward sweep, then restores each stored
+#   state in turn and re-tapes its whole segment: each step is evaluated at most twice,
+#   but a segment of 5 step tapes is alive at once, besides the 3 snapshots.
+# * **Revolve** with 3 slots holds 3 states and *one* step tape; it re-advances more
+#   often, in a recursive pattern.
+# * **Online** with 3 slots does not know that the loop will stop at 20: it tapes each
+#   step as it goes (and drops the tape before the next), moving its checkpoints as
+#   the loop grows, and reverses with revolve once the end is known.
+
+# %%
+n = 20
+fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
+schedule_diagram(schedules.Sqrt(n), ax=axes[0])
+schedule_diagram(schedules.Revolve(n, 3), ax=axes[1])
+schedule_diagram(schedules.Online(3), steps=n, ax=axes[2])
+fig.tight_layout()
+plt.show()
+
+for sched, steps in ((schedules.StoreAll(n), None), (schedules.Sqrt(n), None),
+                     (schedules.Revolve(n, 3), None), (schedules.Online(3), n)):
+    sim = schedules.simulate(sched, steps=steps)
+    print(f"{sched!r:<34} {sim.forward_steps:>3} evaluations, "
+          f"{sim.peak_snapshots} snapshots, {sim.peak_tapes:>2} step tapes at most")
+
+# %% [markdown]
+# Memory counts *both* snapshots and step tapes, and revolve is optimal within its
+# model: `s` stored states and *one* step tape at a time. Sqrt is outside that model:
+# it spends memory on a segment of tapes, so the re-tape of a segment is the only
+# re-evaluation of its steps. When that memory is available, sqrt can need fewer
+# evaluations than revolve given the same memory as states. In the resmlp workload
+# of notebook 01 a step's tape is twice the size of a state, so at `n = 1000` sqrt
+# holds as much as about 95 states, and revolve with 95 slots needs more
+# evaluations. Revolve's ground is the small budget: with 10 states it reverses the
+# same loop in 4636 evaluations, with about an eighth of sqrt's memory.
+
+# %%
+sq = schedules.simulate(schedules.Sqrt(1000))
+units = sq.peak_snapshots + 2 * sq.peak_tapes  # a step tape = 2 states (resmlp)
+rv = schedules.simulate(schedules.Revolve(1000, units))
+rv10 = schedules.simulate(schedules.Revolve(1000, 10))
+print(f"sqrt:             {sq.peak_snapshots} states + {sq.peak_tapes} tapes "
+      f"(~{units} states): {sq.forward_steps} evaluations")
+print(f"revolve, {units} slots: {units} states + 1 tape: {rv.forward_steps} evaluations")
+print(f"revolve, 10 slots: 10 states + 1 tape: {rv10.forward_steps} evaluations")
+assert sq.forward_steps < rv.forward_steps and units > 7 * (10 + 2)
+
+# %% [markdown]
+# ## The binomial formula
+#
+# The model: `s` slots for states (one of them holds `x_0`), one step tape alive at
+# a time, and the cost is counted in step evaluations. Call a schedule
+# `t`-*repetition* if no step is evaluated untaped more than `t` times. The longest
+# chain a `t`-repetition schedule can reverse is
+#
+# $$\beta(s, t) = \binom{s + t}{s}.$$
+#
+# Why: with `s >= 2` slots, a schedule starts by advancing from `x_0` to some `x_j`
+# and storing it. The right part, `x_j .. x_n`, must then be reversed with one slot
+# fewer (`x_0`'s slot stays taken) and still `t` repetitions; the left part,
+# `x_0 .. x_j`, keeps all `s` slots, but every step in it has already been advanced
+# over once, so it has only `t - 1` repetitions left. Hence Pascal's rule,
+# `beta(s, t) = beta(s - 1, t) + beta(s, t - 1)`, with `beta(s, 0) = 1` (with no
+# repetition only the last step, taped in the forward sweep, can be reversed) and
+# `beta(1, t) = t + 1` (with `x_0` alone, every step restarts from `x_0`).
+#
+# The *repetition number* of `n` steps is the smallest `r` with `beta(s, r) >= n`.
+
+# %%
+print("beta(s, t):")
+print("s\\t " + "".join(f"{t:>7}" for t in range(8)))
+for s in range(1, 7):
+    print(f"{s:<4}" + "".join(f"{schedules.beta(s, t):>7}" for t in range(8)))
+    for t in range(1, 8):
+        assert schedules.beta(s, t) == schedules.beta(s - 1, t) + schedules.beta(s, t - 1)
+print("repetition number r(1000, s) for s = 1..10:",
+      [schedules.repetition_number(1000, s) for s in range(1, 11)])
+
+
+# %% [markdown]
+# **The cost.** The same induction shows more: in any schedule of this recursive
+# form, at most `beta(s, t)` steps get by with `t` or fewer untaped evaluations (at
+# most `beta(s - 1, t)` in the right part, `beta(s, t - 1)` in the left). So for every
+# `t`, at least `n - beta(s, t)` steps need more than `t`. Adding up over
+# `t = 0 .. r - 1` (where `r` is the repetition number) bounds the untaped
+# evaluations from below, and the hockey-stick identity
+# `sum_{t<r} C(s+t, s) = C(s+r, s+1)` gives the closed form:
+#
+# $$E(n, s) \ge \sum_{t=0}^{r-1} \bigl(n - \beta(s, t)\bigr) = r n - \binom{s+r}{s+1},
+# \qquad T(n, s) = n + E(n, s).$$
+#
+# Revolve attains the bound: each of its splits gives every step exactly the count
+# the bound allows (`remat/schedules/revolve.py` explains the split it takes), so
+# `T(n, s) = n + r n - C(s + r, s + 1)` is the optimum. Restricting to the recursive
+# form loses nothing (Griewank, 1992). An independent check is a brute-force search
+# over that form: choose where the first checkpoint goes, then solve both parts
+# optimally,
+#
+# $$E(n, s) = \min_{1 \le j < n} \; j + E(n - j, s - 1) + E(j, s),
+# \qquad E(1, s) = 0, \quad E(n, 1) = \tfrac{n(n-1)}{2}$$
+#
+# (advance `j` steps and store `x_j`; reverse the right part with a slot less; then
+# the left part with all the slots). The cell below solves the recursion for every
+# `n <= 120`, `s <= 8` and checks the closed form, `optimal_forward_steps`, and what
+# `simulate` counts for `Revolve` against it.
+
+# %%
+@lru_cache(maxsize=None)
+def E(n, s):
+    if n == 1:
+        return 0
+    if s == 1:
+        return n * (n - 1) // 2
+    return min(j + E(n - j, s - 1) + E(j, s) for j in range(1, n))
+
+
+def closed_form(n, s):
+    r = schedules.repetition_number(n, s)
+    return n + r * n - comb(s + r, s + 1)
+
+
+checked = 0
+for s in range(1, 9):
+    for n in range(1, 121):
+        t = n + E(n, s)
+        assert t == closed_form(n, s) == schedules.optimal_forward_steps(n, s), (n, s)
+        assert schedules.simulate(schedules.Revolve(n, s)).forward_steps == t, (n, s)
+        checked += 1
+print(f"T(n, s) = DP = closed form = simulate(Revolve) for all {checked} pairs")
+print("T(100, s) for s = 1..8:", [schedules.optimal_forward_steps(100, s) for s in range(1, 9)])
+
+# %% [markdown]
+# Two boundary cases fall out: one slot gives `T = n + n(n - 1)/2` (restart from `x_0`
+# for every step), and `s >= n - 1` gives `r = 1` and `T = 2n - 1`.
+#
+# ## O(log n) memory for O(n log n) work
+#
+# Let the budget grow like the logarithm of the loop: `s = ceil(log2 n)`. Since
+# `beta(s, s) = C(2s, s) >= 2^s >= n`, the repetition number is at most `s`, so
+# every step is evaluated at most `s + 1` times: `T(n, s) <= (1 + log2 n) n`, memory
+# `O(log n)` states for work `O(n log n)`. In practice `r` is well below `s` (about
+# `0.4 s` at `n = 2^14`). `simulate` counts the actual schedules for
+# `n = 2^4 .. 2^14` in a fraction of a second (revolve's generator does O(1) work per
+# action).
+
+# %%
+rows = []
+for k in range(4, 15):
+    n = 2**k
+    s = ceil(log2(n))
+    sim = schedules.simulate(schedules.Revolve(n, s))
+    r = schedules.repetition_number(n, s)
+    assert sim.forward_steps == schedules.optimal_forward_steps(n, s)
+    assert sim.peak_snapshots == s and sim.peak_tapes == 1
+    assert r <= s and sim.forward_steps <= (1 + log2(n)) * n
+    sq = schedules.simulate(schedules.Sqrt(n))
+    rows.append((n, s, r, sim.forward_steps, sq.peak_snapshots + sq.peak_tapes))
+    print(f"n = {n:>6}  s = {s:>2}  r = {r}  T = {sim.forward_steps:>6}  "
+          f"T/n = {sim.forward_steps / n:.2f}  T/(n log2 n) = {sim.forward_steps / (n * k):.3f}")
+
+ns = np.array([row[0] for row in rows])
+ratio = np.array([row[3] / row[0] for row in rows])
+assert np.all(np.diff(ratio) > 0) and np.all(np.diff(ratio / np.log2(ns)) < 0)
+
+fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+left.plot(ns, ratio, "o-", color="tab:red", label="revolve, s = ceil(log2 n)")
+left.plot(ns, [row[2] for row in rows], "s--", color="tab:gray", label="repetition number r")
+left.plot(ns, 1 + np.log2(ns), ":", color="black", label="bound 1 + log2 n")
+left.set_xscale("log", base=2)
+left.set_xlabel("n")
+left.set_ylabel("step evaluations / n")
+left.set_title("work: O(n log n)")
+left.legend(fontsize=8, frameon=False)
+right.plot(ns, ns, "s-", color="tab:gray", label="store-all: n step tapes")
+right.plot(ns, [row[4] for row in rows], "D-", color="tab:orange",
+           label="sqrt: about 2 sqrt(n) states and tapes")
+right.plot(ns, [row[1] + 1 for row in rows], "o-", color="tab:red",
+           label="revolve: log2 n states + 1 tape")
+right.set_xscale("log", base=2)
+right.set_yscale("log", base=2)
+right.set_xlabel("n")
+right.set_ylabel("states or step tapes held")
+right.set_title("memory: O(log n)")
+right.legend(fontsize=8, frameon=False)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Online vs offline
+#
+# Revolve needs `n` before the loop starts: its first checkpoint already depends on
+# it. A loop that runs `until` a condition holds (an adaptive ODE solver, a
+# fixed-point iteration) learns `n` only at the end. `schedules.Online(s)` (what
+# `tape.loop(step, state, until=...)` uses) keeps a placement of at most `s`
+# checkpoints that it revises at every step, and, once the loop has ended, reverses
+# the segments between them with revolve. Its forward sweep tapes each step as it goes
+# and drops the tape before the next, so the last step's tape is at hand whenever the
+# loop stops; a taped evaluation replaces an untaped one, so this costs recording
+# time but no extra evaluations, and one step tape of memory.
+#
+# Up to `n = beta(s, 2)` the policy is provably within one evaluation of the offline
+# optimum; beyond, it is a greedy rule with the exact cost model (see the docstring of
+# `remat/schedules/online.py`). The grid below compares it with `T(n, s)`:
+
+# %%
+BUDGETS = [3, 5, 10, 20]
+LENGTHS = [10, 30, 100, 300, 1000, 3000]
+print("online / offline step evaluations")
+print("s \\ n" + "".join(f"{n:>8}" for n in LENGTHS))
+grid = {}
+for s in BUDGETS:
+    line = f"{s:<6}"
+    for n in LENGTHS:
+        online = schedules.simulate(schedules.Online(s), steps=n)
+        offline = schedules.optimal_forward_steps(n, s)
+        grid[s, n] = online.forward_steps / offline
+        assert online.peak_snapshots <= s and online.peak_tapes == 1
+        assert offline <= online.forward_steps
+        if n <= schedules.beta(s, 2):
+            assert online.forward_steps <= offline + 1, (n, s)
+        line += f"{grid[s, n]:>8.3f}"
+    print(line)
+worst = max(grid.values())
+assert worst < 1.1
+print(f"worst ratio on this grid: {worst:.3f}")
+
+fig, ax = plt.subplots(figsize=(7, 3.5))
+for s in BUDGETS:
+    ax.plot(LENGTHS, [grid[s, n] for n in LENGTHS], "o-", label=f"s = {s}")
+ax.set_xscale("log")
+ax.set_xlabel("n (unknown to the online schedule until the loop ends)")
+ax.set_ylabel("online / offline evaluations")
+ax.legend(fontsize=8, frameon=False)
+plt.show()
+
+# %% [markdown]
+# Not knowing `n` costs a few percent of recomputation on this grid, and no extra
+# memory: the budget is the same `s` slots plus one step tape.
