@@ -89,8 +89,8 @@ def batch(offsets, length=T):
 # evaluated several times, in an order the schedule decides, and it must compute the
 # same thing each time.
 #
-# Parameters are updated by rebinding their data, `p.data = p.data - LR * p.grad`: the
-# arrays a tape saved are read-only, so an in-place `p.data -= ...` would raise.
+# Parameters are updated in place under `rm.no_grad()`: `p -= LR * p.grad` gives each
+# parameter a new array and leaves the old one to any backward that saved it.
 
 # %%
 def init_params():
@@ -120,8 +120,9 @@ def sgd_step(params, tape, x, y):
     for p in params:
         p.grad = None
     loss.backward()
-    for p in params:
-        p.data = p.data - LR * p.grad
+    with rm.no_grad():
+        for p in params:
+            p -= LR * p.grad
     return loss.item()
 
 
