@@ -38,7 +38,7 @@ import numpy as np
 
 import remat as rm
 import remat.functional
-import remat.loop
+import remat.executor
 import remat.schedules.binomial
 import remat.schedules.online
 import remat.schedules.revolve
@@ -56,7 +56,7 @@ plt.rcParams["figure.dpi"] = 72  # small figures, so that the executed notebook 
 # the model reads characters `0..T-1` and predicts characters `1..T`.
 
 # %%
-MODULES = [rm.tape, rm.loop, rm.functional, rm.schedules, rm.schedules.binomial,
+MODULES = [rm.tape, rm.executor, rm.functional, rm.schedules, rm.schedules.binomial,
            rm.schedules.revolve, rm.schedules.online]
 ALPHABET = "abcdefghijklmnopqrstuvwxyz .,()-"
 raw = " ".join(" ".join(m.__doc__.split()) for m in MODULES).lower()

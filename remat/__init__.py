@@ -9,10 +9,12 @@ array([0.        , 1.38177329, 0.07700375])
 This module only re-exports; see the submodules for the ideas.
 """
 
-from . import random, schedules
+from . import pytree, random, schedules
 from .backend import DeviceError, cuda_available
+from .budget import Tape
+from .checkpoint import checkpoint
+from .executor import LoopError, LoopStats, ReplayError, StepOutputError
 from .functional import GradcheckError, grad, gradcheck, value_and_grad
-from .loop import LoopError, LoopStats, StepOutputError
 from .ops import (
     OPS,
     ShapeError,
@@ -53,7 +55,7 @@ from .ops import (
     transpose,
     where,
 )
-from .tape import BackwardError, EscapeError, Record, Tape, enable_grad, grad_enabled, no_grad
+from .tape import BackwardError, EscapeError, Record, Recorder, enable_grad, grad_enabled, no_grad
 from .tensor import DTypeError, Tensor, tensor
 
 __version__ = "0.1.0"

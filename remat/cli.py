@@ -31,7 +31,7 @@ from pathlib import Path
 
 from . import __version__, backend
 from . import schedules as S
-from .tape import Tape
+from .budget import Tape
 from .workloads import WORKLOADS, make_workload
 
 COMPARED = ("store_all", "sqrt", "revolve", "online")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import backend
 from .ops import identity
+from .pytree import flatten, unflatten
 from .tape import GRAD_DEPTH, BackwardError, backward_to, enable_grad, next_sequence, no_grad
 from .tensor import DTypeError, Tensor, as_leaf_dtype, own_gradients
 
@@ -34,6 +35,10 @@ def _check_scalar(out, f):
 def value_and_grad(f, argnums=0):
     """``g(*args) -> (f(*args), gradient)``; the gradient is a tuple if ``argnums`` is.
 
+    An argument differentiated may be a pytree (nested tuples, lists, dicts) of
+    arrays or Tensors; its gradient has the same structure, so
+    ``rm.grad(loss)(params_dict)`` returns a dict.  Non-array leaves are static.
+
     Called on arrays (or Tensors that need no gradient) at top level, the
     gradients are arrays and nothing is left recorded.  Called inside another
     ``rm.grad``, or on Tensors that require gradients, the backward is itself
@@ -55,23 +60,23 @@ def value_and_grad(f, argnums=0):
                 f"(the function got {len(args)} arguments); name each argument once"
             )
         depth = GRAD_DEPTH.get()
-        nested = depth > 0 or any(isinstance(a, Tensor) and a.node for a in args)
+        nested = depth > 0 or any(_requires_grad(a) for a in args)
         inputs = [  # arrays are copied: the caller's array stays theirs
             Tensor(a) if i not in positions and backend.is_array(a) else a
             for i, a in enumerate(args)
         ]
+        targets, trees = [], []  # the leaves differentiated, and each argument's pytree
         for n in nums:
-            a = args[n]
-            if nested and isinstance(a, Tensor) and a.node:
-                inputs[n] = identity(a)  # stands for a, and stays connected to a's graph
-            else:
-                data = backend.asarray(a._data if isinstance(a, Tensor) else a)
-                if not backend.is_floating(data.dtype):
-                    raise DTypeError(
-                        f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats"
-                    )
-                inputs[n] = Tensor._wrap(data, True)
-        targets = [inputs[n] for n in nums]
+            leaves, tree = flatten(args[n], _is_value)
+            if not leaves:
+                raise TypeError(
+                    f"rm.grad: argument {n} holds no array or Tensor to differentiate "
+                    f"(got {type(args[n]).__name__})"
+                )
+            stand_ins = [_target(n, a, nested) for a in leaves]
+            inputs[n] = unflatten(tree, stand_ins)
+            targets += stand_ins
+            trees.append((tree, len(stand_ins)))
         floor = next_sequence()  # records made from here on are this call's own
         token = GRAD_DEPTH.set(depth + 1)
         try:
@@ -94,11 +99,33 @@ def value_and_grad(f, argnums=0):
             results.append(g)
         if not nested:
             results = [g for _, g in own_gradients(enumerate(results), seed)]
+        per_argument, start = [], 0
+        for tree, count in trees:  # each gradient in its argument's shape (dicts stay dicts)
+            per_argument.append(unflatten(tree, results[start : start + count]))
+            start += count
         value = out if nested else out.detach()
-        return value, (results[0] if single else tuple(results))
+        return value, (per_argument[0] if single else tuple(per_argument))
 
     value_and_grad_f.__name__ = f"value_and_grad({getattr(f, '__name__', 'f')})"
     return value_and_grad_f
+
+
+def _is_value(v):
+    return isinstance(v, Tensor) or backend.is_array(v)
+
+
+def _requires_grad(tree):
+    return any(isinstance(v, Tensor) and v.node for v in flatten(tree, _is_value)[0])
+
+
+def _target(n, a, nested):
+    """The Tensor that stands for leaf ``a`` of argument ``n`` while f runs."""
+    if nested and isinstance(a, Tensor) and a.node:
+        return identity(a)  # stands for a, and stays connected to a's graph
+    data = backend.asarray(a._data if isinstance(a, Tensor) else a)
+    if not backend.is_floating(data.dtype):
+        raise DTypeError(f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats")
+    return Tensor._wrap(data, True)
 
 
 def grad(f, argnums=0):

@@ -21,8 +21,9 @@ backward itself is to be differentiated (``rm.grad`` of ``rm.grad``) ``ns`` is
 remat's own op namespace, the arguments are Tensors, and the VJP is recorded
 like any other computation.
 
-Tapes: ``with rm.Tape() as tape:`` lists every record made inside it, so that
-``print(tape)`` shows the computation.  Outside any ``with``, records go to the
+Tapes: ``with rm.Tape() as tape:`` (a :class:`Recorder`) lists every record
+made inside it, so that ``print(tape)`` shows the computation.  Outside any
+``with``, records go to the
 default tape, which keeps no list: a record lives exactly as long as a tensor
 that can still reach it, so computations never differentiated do not pile up.
 """
@@ -60,32 +61,35 @@ def grad_enabled() -> bool:
 
 
 class StepValue:
-    """The ``node`` of a value computed inside one evaluation of a loop step
-    without a gradient of its own (untaped steps, constants): it behaves as
-    ``None`` (it is falsy) but remembers where the value was made, so that
-    using it outside that step is refused (see :class:`EscapeError`)."""
+    """The ``node`` of a value computed inside one evaluation of a loop step (or a
+    checkpointed function) without a gradient of its own (untaped steps,
+    constants): it behaves as ``None`` (it is falsy) but remembers where the
+    value was made, so that using it outside is refused (see :class:`EscapeError`)."""
 
-    __slots__ = ("step",)
+    __slots__ = ("owner", "step")
 
-    def __init__(self, step):
+    def __init__(self, owner, step=None):
+        self.owner = owner  # what runs the code: "tape.loop", "rm.checkpoint(block)", ...
         self.step = step
 
     def __bool__(self):
         return False
 
-    def __repr__(self):
-        return f"<value of loop step {self.step}>"
+    def __str__(self):
+        return self.owner if self.step is None else f"step {self.step} of {self.owner}"
+
+    __repr__ = __str__
 
 
 class EscapeError(RuntimeError):
-    """A value computed inside a step of a checkpointed loop was used outside it."""
+    """A value computed inside a loop step (or checkpointed function) was used outside it."""
 
 
-def escape_error(where, step):
+def escape_error(where, node):
     return EscapeError(
-        f"{where}: a value computed inside step {step} of a checkpointed loop (tape.loop) is "
-        "used outside that step. A schedule recomputes steps and drops their values, so such a "
-        "value would give a wrong gradient. Return it as part of the state instead, or "
+        f"{where}: a value computed inside {node} is used outside it. Steps and checkpointed "
+        "functions are recomputed and their values dropped, so such a value would give a "
+        "wrong gradient. Return it (as part of the state, or as a scan's y) instead, or "
         ".detach() it (or compute under rm.no_grad()) if you only need its value."
     )
 
@@ -93,7 +97,7 @@ def escape_error(where, step):
 def check_step_value(where, node):
     """Refuse ``node`` (a falsy, non-None node) unless it belongs to the running step."""
     if node is not STEP.get():
-        raise escape_error(where, node.step)
+        raise escape_error(where, node)
 
 
 class Record:
@@ -180,14 +184,14 @@ class _GradMode:
     enabled = True
 
     def __init__(self):
-        self._tokens = threading.local()
+        self._tokens = {}  # thread id -> stack of tokens: one object may be entered in several
 
     def __enter__(self):
-        self._tokens.__dict__.setdefault("stack", []).append(GRAD_ENABLED.set(self.enabled))
+        self._tokens.setdefault(threading.get_ident(), []).append(GRAD_ENABLED.set(self.enabled))
         return self
 
     def __exit__(self, *exc):
-        GRAD_ENABLED.reset(self._tokens.stack.pop())
+        GRAD_ENABLED.reset(self._tokens[threading.get_ident()].pop())
         return False
 
 
@@ -206,56 +210,27 @@ class enable_grad(_GradMode):
     enabled = True
 
 
-class Tape:
-    """A recording context: ``with rm.Tape() as tape:`` lists what happens inside.
+class Recorder:
+    """A recording context: ``with Recorder() as r:`` lists every record made inside,
+    in order, so that ``print(r)`` shows the computation.
 
-    With ``snapshots`` or ``schedule`` it also carries a snapshot budget for
-    :meth:`loop` (see :mod:`remat.loop`): ``Tape(snapshots=s)`` reverses loops
-    with the binomial revolve schedule keeping at most ``s`` states.  The
-    budget is for revolve, periodic and online; store_all and sqrt size their
-    memory themselves and do not use it.  With
-    ``trace=True`` each loop records the bytes it holds after every action
-    (for :func:`remat.plot.memory_timeline`).  ``snapshot_device="cpu"``
-    keeps snapshots in host memory while the loop runs on the GPU.
-
-    A tape keeps every record made on it, and a loop's record keeps its
-    snapshots until the loop is reversed: evaluate without gradients under
-    ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.
+    :class:`remat.Tape` is a Recorder that also carries a budget for
+    checkpointed loops, chains and scans (see :mod:`remat.budget`); the
+    executor takes a plain Recorder for each step it tapes.  A recorder is
+    open only in the thread (and context) that entered it.
     """
 
-    def __init__(self, snapshots=None, schedule=None, trace=False, snapshot_device=None):
-        from .loop import resolve_policy  # the loop layer sits above the tape
-
+    def __init__(self):
         self.records = []
-        self.policy = resolve_policy(snapshots, schedule)  # what its loops are reversed with
-        self.loops = []  # the LoopStats of each loop run on this tape
-        self.trace = trace
-        self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)
-        self._tokens = threading.local()  # a tape may be open in several threads at once
+        self._tokens = {}  # thread id -> stack of tokens: one object may be open in several
 
     def __enter__(self):
-        self._tokens.__dict__.setdefault("stack", []).append(OPEN_TAPE.set(self))
+        self._tokens.setdefault(threading.get_ident(), []).append(OPEN_TAPE.set(self))
         return self
 
     def __exit__(self, *exc):
-        OPEN_TAPE.reset(self._tokens.stack.pop())
+        OPEN_TAPE.reset(self._tokens[threading.get_ident()].pop())
         return False
-
-    def loop(self, step, state, steps=None, until=None, max_steps=None):
-        """Run ``state = step(state)`` under this tape's snapshot budget.
-
-        See :func:`remat.loop.run_loop` for the full contract.
-        """
-        from .loop import run_loop
-
-        return run_loop(self, step, state, steps=steps, until=until, max_steps=max_steps)
-
-    @property
-    def stats(self):
-        """Counts of the loops run on this tape (see :class:`remat.loop.LoopStats`)."""
-        from .loop import LoopStats
-
-        return LoopStats.combine(self.loops)
 
     def saved_bytes(self) -> int:
         """Bytes that the records on this tape hold for backward right now."""
@@ -265,15 +240,16 @@ class Tape:
         return len(self.records)
 
     def __str__(self):
-        lines = [f"Tape: {len(self.records)} records, {self.saved_bytes()} bytes saved"]
+        name, count = type(self).__name__, len(self.records)
+        lines = [f"{name}: {count} records, {self.saved_bytes()} bytes saved"]
         for record in self.records:
             saved = "freed" if record.freed else f"{record.saved_bytes()} B saved"
-            shape = "x".join(map(str, record.shape)) or "scalar"
-            lines.append(f"  #{record.seq:<6} {record.op.name:<14} {shape:<14} {saved}")
+            shape = "x".join(map(str, record.shape)) if isinstance(record.shape, tuple) else ""
+            lines.append(f"  #{record.seq:<6} {record.op.name:<14} {shape or 'scalar':<14} {saved}")
         return "\n".join(lines)
 
     def __repr__(self):
-        return f"<Tape {len(self.records)} records, policy={self.policy!r}>"
+        return f"<{type(self).__name__} {len(self.records)} records>"
 
 
 # --- the reverse sweep ------------------------------------------------------
@@ -338,9 +314,10 @@ class Sweep:
         elif isinstance(node, Record):
             raise EscapeError(
                 f"backward reached `{node.op.name}` (output shape {node.shape}), which was "
-                "recorded inside a step of a checkpointed loop (tape.loop), from outside that "
-                "step: a value computed inside a step was kept and used elsewhere. Return it as "
-                "part of the state instead, or .detach() it if you only need its value."
+                "recorded inside a step of a checkpointed loop (or a checkpointed function), from "
+                "outside it: a value computed inside was kept and used elsewhere. Return it (as "
+                "part of the state, or as a scan's y) instead, or .detach() it if you only need "
+                "its value."
             )
         else:
             entry = self.leaf_grads.get(id(node))

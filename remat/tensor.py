@@ -175,7 +175,7 @@ class Tensor:
         """
         if not self.node:
             if self.node is not None:
-                raise escape_error("backward()", self.node.step)
+                raise escape_error("backward()", self.node)
             raise BackwardError(
                 "backward() on a tensor that does not require grad: nothing on the tape leads to "
                 "it. Create the inputs with requires_grad=True (outside rm.no_grad())."

@@ -1,7 +1,7 @@
 """Small real workloads, shared by the CLI, the notebooks and the benchmarks.
 
-Each is a loop: a state, a step function closing over parameters, and a loss
-on the final state.  ``Workload.loss_and_gradients(tape)`` runs it on a tape
+Each is a loop (or a chain, or a scan): a state, a step function closing over
+parameters, and a loss on the final state.  ``Workload.loss_and_gradients(tape)`` runs it on a tape
 (so under that tape's snapshot budget) and returns the loss and the
 parameters' gradients.
 
@@ -10,6 +10,10 @@ parameters' gradients.
 * ``rnn``: a character-level recurrent network over a long sequence; the
   state carries the hidden vector, the position and the running loss.
 * ``ode``: a nonlinear ODE integrated with classical Runge-Kutta (RK4).
+* ``widths``: a chain of tanh layers whose widths change from layer to layer
+  (``tape.chain``).
+* ``scan_rnn``: the character RNN written with ``tape.scan``: the inputs are
+  scanned over and the logits come out as per-step outputs.
 """
 
 from __future__ import annotations
@@ -32,9 +36,16 @@ class Workload:
     step: object
     steps: int
     loss: object
+    form: str = "loop"  # "loop": step(state); "chain": step is the list of layers;
+    xs: object = None  # "scan": step(carry, x) over xs, and loss(carry, ys)
 
     def run(self, tape, online=False):
-        """The loss Tensor, with the loop run on ``tape`` (``until=`` if ``online``)."""
+        """The loss Tensor, with the loop run on ``tape`` (``until=`` if ``online``;
+        a chain or scan has a known length, and an online tape serves it too)."""
+        if self.form == "chain":
+            return self.loss(tape.chain(self.step, self.state))
+        if self.form == "scan":
+            return self.loss(*tape.scan(self.step, self.state, self.xs))
         if online:
             count = iter(range(1, self.steps + 1))
             final = tape.loop(self.step, self.state, until=lambda _: next(count) >= self.steps)
@@ -141,7 +152,51 @@ def ode(steps=200, dim=32, batch=8, dt=0.05, seed=0):
     )
 
 
-WORKLOADS = {"resmlp": resmlp, "rnn": rnn, "ode": ode}
+def widths(steps=200, batch=16, seed=0, cycle=(64, 96, 32, 128, 48)):
+    rng = backend.default_rng(seed)
+    sizes = [cycle[i % len(cycle)] for i in range(steps + 1)]
+    weights = [_randn(rng, a, b, scale=1 / a**0.5) for a, b in zip(sizes, sizes[1:])]
+    layers = [lambda h, w=w: tanh(h @ w) for w in weights]
+    return Workload(
+        "widths",
+        f"a chain of tanh layers of widths {', '.join(map(str, cycle))}, ..., batch {batch}",
+        weights,
+        tensor(rng.standard_normal((batch, sizes[0]))),
+        layers,
+        steps,
+        lambda h: (h * h).mean(),
+        form="chain",
+    )
+
+
+def scan_rnn(steps=200, hidden=64, vocab=32, batch=16, seed=0):
+    rng = backend.default_rng(seed)
+    text = rng.integers(0, vocab, size=(steps + 1, batch))
+    onehot = backend.one_hot(text, vocab)  # (steps + 1, batch, vocab)
+    targets = Tensor._wrap(onehot[1:])
+    wx = _randn(rng, vocab, hidden, scale=1 / vocab**0.5)
+    wh = _randn(rng, hidden, hidden, scale=1 / hidden**0.5)
+    wy = _randn(rng, hidden, vocab, scale=1 / hidden**0.5)
+    b = _randn(rng, hidden, scale=0.1)
+
+    def cell(h, x):
+        h = tanh(x @ wx + h @ wh + b)
+        return h, log_softmax(h @ wy)
+
+    return Workload(
+        "scan_rnn",
+        f"character-level RNN as a scan, hidden {hidden}, vocabulary {vocab}, batch {batch}",
+        [wx, wh, wy, b],
+        tensor(backend.zeros((batch, hidden), backend.float64)),
+        cell,
+        steps,
+        lambda h, logp: -(logp * targets).sum() / (steps * batch),
+        form="scan",
+        xs=Tensor._wrap(onehot[:-1]),
+    )
+
+
+WORKLOADS = {"resmlp": resmlp, "rnn": rnn, "ode": ode, "widths": widths, "scan_rnn": scan_rnn}
 
 
 def make_workload(name, steps=200, seed=0):

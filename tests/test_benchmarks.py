@@ -20,6 +20,7 @@ HEADERS = {
     ],
     "online": ["| n | s | offline optimum T(n, s) | remat Online |"],
     "logn": ["| n | s = ceil(log2 n) | forward_steps / n |"],
+    "depth": ["| contender | depth L | s (fwd+bwd) | time vs smallest depth |"],
 }
 
 

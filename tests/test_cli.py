@@ -280,3 +280,30 @@ def test_workloads_give_identical_gradients_under_revolve(name):
 def test_unknown_workload_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown workload 'x'; choose one of resmlp"):
         workloads.make_workload("x")
+
+
+@pytest.mark.parametrize("name", ["widths", "scan_rnn"])
+def test_compare_runs_a_chain_and_a_scan_exactly(name, capsys):
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--workload",
+                name,
+                "--steps",
+                "12",
+                "--snapshots",
+                "3",
+                "--repeats",
+                "1",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert {r["schedule"] for r in rows} == {"store_all", "sqrt", "revolve", "online"}
+    assert all(r["max_grad_diff"] == 0 for r in rows)
+    revolve = next(r for r in rows if r["schedule"] == "revolve")
+    assert revolve["forward_steps"] == schedules.optimal_forward_steps(12, 3)

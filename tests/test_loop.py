@@ -344,9 +344,9 @@ def test_unknown_schedule_lists_the_choices():
 @pytest.mark.parametrize(
     "bad_step, match",
     [
-        (lambda h: h[:1], r"step 3 returned shape \(1, 6\).*state has shape \(2, 6\)"),
-        (lambda h: (h, h), "returned tuple; the state is one Tensor"),
-        (lambda h: h.data, "returned ndarray"),
+        (lambda h: h[:1], r"step 3 returned a state with leaf 0 of shape \(1, 6\).*shape \(2, 6\)"),
+        (lambda h: (h, h), r"structure \(Tensor, Tensor\) instead of Tensor"),
+        (lambda h: h.data, "leaf 0 is a ndarray, not a Tensor"),
     ],
 )
 def test_a_step_changing_the_state_is_a_clear_error(bad_step, match):

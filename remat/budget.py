@@ -1,0 +1,280 @@
+"""The budgeted Tape: ``rm.Tape(snapshots=s, schedule=...)`` and its three loop forms.
+
+A :class:`Tape` is a recording tape (:class:`remat.tape.Recorder`) that also
+says how the chains run on it are reversed: which schedule, and with how
+many snapshot slots.  Its three forms all become one chain for the executor
+(:mod:`remat.executor`):
+
+* ``tape.loop(step, state, steps=n)``: ``state = step(state)`` n times (or
+  ``until=predicate``, for a loop of unknown length: online checkpointing);
+* ``tape.chain(functions, state)``: ``state = f(state)`` for each f, whose
+  shapes, dtypes and structure may change from one to the next;
+* ``tape.scan(f, init, xs)``: ``carry, y = f(carry, x)`` over the leading
+  axis of ``xs``, as ``jax.lax.scan``; returns ``(carry, ys)``.
+
+States, carries, inputs and outputs are pytrees of Tensors (or arrays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import backend, schedules
+from .checkpoint import check_policy
+from .executor import Chain, LoopError, LoopStats, run_chain
+from .pytree import flatten
+from .schedules.arguments import require_count
+from .tape import Recorder
+from .tensor import Tensor
+
+SCHEDULE_NAMES = schedules.SCHEDULE_NAMES
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a Tape's chains are reversed with: a schedule name or object, and a budget."""
+
+    schedule: object  # one of SCHEDULE_NAMES, or a schedule object
+    snapshots: int | None
+
+    def offline(self, steps, form="tape.loop"):
+        if not isinstance(self.schedule, str):  # used as given; an online one ends at steps
+            if self.schedule.steps not in (None, steps):
+                raise ValueError(
+                    f"{form}(steps={steps}): the tape's schedule {self.schedule!r} is for "
+                    f"{getattr(self.schedule, 'steps', None)} steps"
+                )
+            return self.schedule
+        if self.schedule == "online":  # it serves a known length too: the loop ends at steps
+            return schedules.Online(snapshots=self.snapshots)
+        budget = None if self.schedule in ("store_all", "sqrt") else self.snapshots
+        return schedules.make_schedule(self.schedule, steps=steps, snapshots=budget)
+
+    def online(self):
+        if not isinstance(self.schedule, str):
+            if self.schedule.steps is not None:
+                raise ValueError(
+                    f"tape.loop(until=...): the tape's schedule {self.schedule!r} is for a known "
+                    "length; a loop of unknown length needs Online(snapshots) or StoreAll()"
+                )
+            return self.schedule
+        if self.schedule == "store_all":
+            return schedules.StoreAll()  # tapes every step until the loop ends
+        if self.snapshots is None:
+            raise ValueError(
+                "tape.loop(until=...) reverses a loop of unknown length with online "
+                "checkpointing, which needs a budget: use rm.Tape(snapshots=s)"
+            )
+        return schedules.Online(snapshots=self.snapshots)
+
+
+NEEDS_A_BUDGET = ("revolve", "online", "periodic")
+
+
+def resolve_policy(snapshots, schedule):
+    """The Policy for ``rm.Tape(snapshots, schedule)``, with clear errors."""
+    if snapshots is not None:
+        snapshots = require_count("Tape", "snapshots", snapshots)
+    if schedule is None:
+        return Policy("revolve" if snapshots is not None else "store_all", snapshots)
+    if isinstance(schedule, str):
+        if schedule not in SCHEDULE_NAMES:
+            raise ValueError(
+                f"Tape: unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULE_NAMES)} "
+                "or pass a schedule object from remat.schedules"
+            )
+        if schedule in NEEDS_A_BUDGET and snapshots is None:
+            raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
+        return Policy(schedule, snapshots)  # store_all and sqrt size their own memory
+    if not all(hasattr(schedule, a) for a in ("__iter__", "steps", "snapshots")):
+        raise ValueError(
+            f"Tape: schedule must be one of {', '.join(SCHEDULE_NAMES)} or a schedule object "
+            f"from remat.schedules, got {schedule!r}"
+        )
+    if snapshots is not None and snapshots != schedule.snapshots:
+        raise ValueError(
+            f"Tape: snapshots={snapshots} but the schedule {schedule!r} uses "
+            f"{schedule.snapshots}; give one or the other"
+        )
+    return Policy(schedule, schedule.snapshots)
+
+
+class Tape(Recorder):
+    """A recording tape with a budget: ``with rm.Tape(snapshots=8) as tape:``.
+
+    ``Tape(snapshots=s)`` reverses its loops, chains and scans with the
+    binomial revolve schedule keeping at most ``s`` states; ``schedule=``
+    picks another ("store_all", "sqrt", "periodic", "online", or a schedule
+    object).  The budget is for revolve, periodic and online; store_all and
+    sqrt size their memory themselves and do not use it.  ``Tape()`` alone
+    stores everything.
+
+    ``check_replay`` (default True) checks that every recomputed step gives
+    the values it gave the first time (a CRC-32 of its outputs), and always
+    their structure, shapes and dtypes.  ``trace=True`` records the bytes held
+    after every action (for :func:`remat.plot.memory_timeline`);
+    ``snapshot_device="cpu"`` keeps snapshots in host memory while the steps
+    run on the GPU.  ``policy`` is reserved for selective recomputation (only
+    None is accepted yet).
+
+    A tape keeps every record made on it, and a chain's record keeps its
+    snapshots until the chain is reversed: evaluate without gradients under
+    ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.
+    """
+
+    def __init__(
+        self,
+        snapshots=None,
+        schedule=None,
+        trace=False,
+        snapshot_device=None,
+        check_replay=True,
+        policy=None,
+    ):
+        super().__init__()
+        self.policy = resolve_policy(snapshots, schedule)  # what its chains are reversed with
+        self.recompute = check_policy(policy)
+        self.loops = []  # the LoopStats of each chain run on this tape
+        self.trace = trace
+        self.check_replay = bool(check_replay)
+        self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)
+
+    @property
+    def stats(self) -> LoopStats:
+        """Counts of the chains run on this tape, added up (see :class:`LoopStats`)."""
+        return LoopStats.combine(self.loops)
+
+    def __repr__(self):
+        return f"<Tape {len(self.records)} records, policy={self.policy!r}>"
+
+    # --- the three forms ------------------------------------------------------------
+    def loop(self, step, state, steps=None, until=None, max_steps=None):
+        """Run ``state = step(state)`` under this tape's budget; return the final state.
+
+        ``step`` maps a state (a Tensor, or a pytree of Tensors: tuples, lists,
+        dicts) to a new state of the same structure, shapes and dtypes; it may
+        close over Tensors that require gradients (parameters), and gradients
+        reach them and the initial state.  Pass ``steps=n`` for a loop of known
+        length (an offline schedule), or ``until=predicate`` (checked after
+        each step, with optional ``max_steps``) for a loop of unknown length
+        (online checkpointing).
+        """
+        if not callable(step):
+            raise TypeError(f"tape.loop: step must be callable, got {step!r}")
+        if (steps is None) == (until is None):
+            raise ValueError("tape.loop: pass exactly one of steps= (a known length) or until=")
+        if steps is not None:
+            steps = require_count("tape.loop", "steps", steps, minimum=0)
+        if max_steps is not None:
+            if until is None:
+                raise ValueError(
+                    "tape.loop: max_steps= caps a loop run with until=; not with steps="
+                )
+            max_steps = require_count("tape.loop", "max_steps", max_steps)
+        if until is not None and not callable(until):
+            raise TypeError(f"tape.loop: until must be a predicate state -> bool, got {until!r}")
+        _check_state("tape.loop", state)
+        if steps == 0:
+            return state
+        schedule = self.policy.online() if until is not None else self.policy.offline(steps)
+        if steps is not None and schedule.steps is None:  # an online schedule, known length
+            max_steps = steps
+        chain = Chain("tape.loop", lambda i, s, x: (step(s), None), _step_name, same_spec=True)
+        return run_chain(self, chain, state, schedule, until, max_steps)[0]
+
+    def chain(self, functions, state):
+        """Run ``state = f(state)`` for each ``f`` in ``functions``, reversed under the budget.
+
+        The functions may change the state's shapes, dtypes and structure from
+        one to the next (a network whose layers differ).  With
+        ``Tape(snapshots=s)`` it is revolve over the chain, with the same step
+        counts as :meth:`loop`.
+        """
+        try:
+            functions = list(functions)
+        except TypeError:
+            raise TypeError(
+                f"tape.chain: functions must be a sequence of callables, got {functions!r}"
+            ) from None
+        if not functions:
+            raise ValueError("tape.chain: the chain is empty; give at least one function")
+        for k, f in enumerate(functions):
+            if not callable(f):
+                raise TypeError(f"tape.chain: functions[{k}] is not callable: {f!r}")
+        _check_state("tape.chain", state)
+        n = len(functions)
+        schedule = self.policy.offline(n, "tape.chain")
+
+        def name(i):
+            return f"tape.chain: step {i} ({getattr(functions[i], '__name__', 'function')})"
+
+        chain = Chain("tape.chain", lambda i, s, x: (functions[i](s), None), name, same_spec=False)
+        return run_chain(self, chain, state, schedule, max_steps=_online_end(schedule, n))[0]
+
+    def scan(self, f, init, xs):
+        """``jax.lax.scan``: ``carry, y = f(carry, x)`` for each leading-axis slice x of xs.
+
+        Returns ``(carry, ys)`` where ``ys`` stacks the ``y``s along a new
+        leading axis (or is None when f returns None for y).  ``xs`` is a
+        Tensor or pytree of Tensors whose leaves share their leading axis; the
+        carry keeps its structure, shapes and dtypes.  Gradients reach ``xs``
+        (gathered in one buffer), ``init`` and the parameters f closes over.
+        """
+        if not callable(f):
+            raise TypeError(f"tape.scan: f must be callable, got {f!r}")
+        _check_state("tape.scan", init)
+        leaves, xs_tree = flatten(xs, lambda v: isinstance(v, Tensor) or backend.is_array(v))
+        if not leaves:
+            raise ValueError("tape.scan: xs has no Tensor or array in it; nothing to scan over")
+        tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in leaves]
+        lengths = {t.shape[0] if t.ndim else None for t in tensors}
+        if None in lengths or len(lengths) != 1:
+            raise ValueError(
+                "tape.scan: every leaf of xs needs the same leading axis to scan over; got "
+                f"shapes {', '.join(str(t.shape) for t in tensors)}"
+            )
+        n = lengths.pop()
+        if n == 0:
+            raise ValueError("tape.scan: xs has a leading axis of length 0; nothing to scan")
+        schedule = self.policy.offline(n, "tape.scan")
+        nodes = tuple(t.node or None for t in tensors)
+
+        def call(i, carry, x):
+            out = f(carry, x)
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise LoopError(
+                    f"tape.scan: step {i}: f must return a pair (carry, y), got "
+                    f"{type(out).__name__}"
+                )
+            return out
+
+        chain = Chain(
+            "tape.scan",
+            call,
+            lambda i: f"tape.scan: step {i}",
+            same_spec=True,
+            xs=tuple(t._data for t in tensors),
+            xs_nodes=nodes,
+            xs_tree=xs_tree,
+            has_ys=True,
+        )
+        # ys is None when every y is
+        return run_chain(self, chain, init, schedule, max_steps=_online_end(schedule, n))
+
+
+def _online_end(schedule, n):
+    """An online schedule learns the length at the end: here, after n steps."""
+    return n if schedule.steps is None else None
+
+
+def _step_name(i):
+    return f"tape.loop: step {i}"
+
+
+def _check_state(form, state):
+    leaves = flatten(state, lambda v: isinstance(v, Tensor) or backend.is_array(v))[0]
+    if not leaves:
+        raise TypeError(
+            f"{form}: the state must be a Tensor or a pytree (tuples, lists, dicts) holding "
+            f"Tensors, got {type(state).__name__}"
+        )

@@ -1,0 +1,165 @@
+"""``rm.checkpoint(f)``: compute ``f`` now, keep only its inputs, recompute it in backward.
+
+As ``torch.utils.checkpoint`` or ``jax.checkpoint``: the wrapped function
+has f's signature and gives f's results, but nothing inside f is recorded.
+One record stands for the whole call, holding f's inputs (and the state of
+``rm.random``).  Its backward evaluates f again, this time recording it,
+replaying the same random numbers, and backpropagates through that
+recording; parameters f closes over get their gradients then.  Gradients
+are bit for bit those without checkpointing.
+
+Arguments and results may be pytrees of Tensors (and arrays).  Checkpoints
+nest, and mix with checkpointed loops in either direction.  The replay check
+of :mod:`remat.executor` applies: a recomputation that gives other values
+than the first run is refused (unless the open ``rm.Tape`` has
+``check_replay=False``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from . import backend, guard
+from .executor import (
+    REPLAY_CAUSES,
+    ReplayError,
+    Spec,
+    StepTape,
+    fingerprint_all,
+    is_value,
+    leaves_of,
+    outputs_of,
+    refuse_twice,
+    reverse_step,
+    saved_by,
+    tape_call,
+)
+from .ops.core import Op
+from .pytree import flatten, unflatten
+from .tape import GRAD_ENABLED, OPEN_TAPE, STEP, BackwardError, StepValue, next_sequence, no_grad
+from .tensor import Tensor
+
+
+def check_policy(policy):
+    """``policy=`` is for selective recomputation (op by op); only None is defined yet."""
+    if policy is not None:
+        raise NotImplementedError(
+            f"policy={policy!r}: selective recomputation policies are not implemented yet; "
+            "pass policy=None (recompute everything)"
+        )
+    return policy
+
+
+def checkpoint(f=None, policy=None):
+    """``f`` checkpointed: the same function, keeping only its inputs for backward.
+
+    Use it as ``rm.checkpoint(f)(x)`` or as a decorator (``@rm.checkpoint``).
+    ``policy`` is reserved for selective recomputation; only None (recompute
+    everything) is accepted yet.
+    """
+    check_policy(policy)
+    if f is None:
+        return lambda g: checkpoint(g, policy)
+    if not callable(f):
+        raise TypeError(f"rm.checkpoint: f must be callable, got {f!r}")
+    name = f"rm.checkpoint({getattr(f, '__name__', 'f')})"
+
+    @functools.wraps(f)
+    def checkpointed(*args, **kwargs):
+        if not GRAD_ENABLED.get():
+            return f(*args, **kwargs)
+        arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments")
+        rng = backend.random_state()
+        token = STEP.set(StepValue(name))  # values f makes are f's own (remat.tape.EscapeError)
+        try:
+            with no_grad():
+                out = f(*args, **kwargs)
+            out_arrays, _, out_tree = leaves_of(out, f"{name}: its result", True)
+        finally:
+            STEP.reset(token)
+        if not out_arrays:
+            raise TypeError(f"{name}: f must return Tensors (or a pytree of them), got {out!r}")
+        tape = OPEN_TAPE.get()
+        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays))
+        call.fingerprints = (
+            fingerprint_all(out_arrays) if getattr(tape, "check_replay", True) else None
+        )
+        results = outputs_of(CHECKPOINT, (call,), nodes, out_arrays, call.spec.shapes)
+        return unflatten(out_tree, results)
+
+    return checkpointed
+
+
+class Call:
+    """What a checkpointed call keeps: f, its inputs and the random state before it."""
+
+    __slots__ = ("f", "name", "tree", "arrays", "rng", "spec", "fingerprints", "checks", "seq")
+
+    def __init__(self, f, name, tree, arrays, rng, spec):
+        self.f, self.name, self.tree, self.arrays, self.rng, self.spec = (
+            f,
+            name,
+            tree,
+            arrays,
+            rng,
+            spec,
+        )
+        self.checks = guard.checks(arrays) if guard.WATCHED else None
+        self.seq = next_sequence()
+
+    @property
+    def nbytes(self):
+        return sum(backend.nbytes(a) for a in self.arrays)
+
+    def recompute(self, nodes):
+        """f evaluated again on the stored inputs, recorded: a StepTape."""
+        k = guard.changed(self.arrays, self.checks, self.seq)
+        if k is not None:
+            raise BackwardError(
+                f"backward through {self.name}: its argument leaf {k} (shape "
+                f"{self.arrays[k].shape}) was changed in place after the call (through .data, "
+                "np.asarray(t) or a view of them), so recomputing f would give wrong gradients"
+            )
+        inputs = [
+            Tensor._wrap(a, bool(node) and backend.is_floating(a.dtype))
+            for a, node in zip(self.arrays, nodes)
+        ]
+        args, kwargs = unflatten(self.tree, inputs)
+        rng = backend.random_state()
+        backend.set_random_state(self.rng)
+        token = STEP.set(StepValue(self.name))
+        try:
+            out, floor, records = tape_call(lambda: self.f(*args, **kwargs))
+            out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
+        finally:
+            STEP.reset(token)
+            backend.set_random_state(rng)
+        wrong = self.spec.differs(Spec.of(out_tree, out_arrays))
+        if wrong is None and self.fingerprints is not None:
+            if fingerprint_all(out_arrays) != self.fingerprints:
+                wrong = "different values (the same structure, shapes and dtypes)"
+        if wrong is not None:
+            raise ReplayError(
+                f"{self.name} was recomputed in backward and returned {wrong} than its first "
+                f"run. {REPLAY_CAUSES}"
+            )
+        outputs = [
+            t if isinstance(t, Tensor) else Tensor._wrap(t) for t in flatten(out, is_value)[0]
+        ]
+        return StepTape(inputs, outputs, floor, saved_by(records, floor, inputs))
+
+
+def _checkpoint_backward(record, g, sweep):
+    if sweep.create_graph:
+        raise refuse_twice("rm.checkpoint")
+    call, nodes = record.args[0], record.parents
+    if not sweep.retain_graph:
+        record.release()  # the inputs go once they are used (unless retained)
+    step_tape = call.recompute(nodes)
+    grads = reverse_step(sweep, step_tape, g.parts)
+    for node, gi in zip(nodes, grads):
+        if node and gi is not None:
+            sweep.add(node, gi)
+
+
+CHECKPOINT = Op("checkpoint", None, (), None, custom_backward=_checkpoint_backward)

@@ -1,0 +1,777 @@
+"""The executor: one chain of steps, reversed under a budget by following a schedule.
+
+A *chain* is ``x_0 -> x_1 -> ... -> x_n``: step ``i`` maps state ``x_i`` to
+``x_{i+1}``, and may also read a per-step input ``xs[i]`` and give a per-step
+output ``y_i`` (a scan).  ``tape.loop`` (one step function), ``tape.chain``
+(a function per step, shapes may change) and ``tape.scan`` (JAX's
+``lax.scan``) are all chains (see :mod:`remat.budget`).  What the executor
+keeps is decided by a schedule from :mod:`remat.schedules`, an iterator of
+actions that this module carries out one by one and never second-guesses:
+
+* ``Advance(a, b)``: run steps a..b-1 without recording (``no_grad``);
+* ``Tape(a, b)``: run steps a..b-1 recording each on a small tape of its own;
+* ``Snapshot / Restore / Free``: keep, reload or drop the state in a slot;
+* ``Reverse(a, b)``: backpropagate through the taped steps b-1..a;
+* ``Discard(a, b)``: drop step tapes unreversed (online checkpointing);
+* ``EndForward``: the forward sweep is over; the rest runs in ``backward``.
+
+The chain appears on the outer tape as one record.  Its backward runs the
+rest of the schedule: each step's cotangent flows through that step's own
+records; cotangents for tensors the step closed over (parameters) go straight
+into the outer sweep, so their gradients accumulate exactly as without
+checkpointing, and those of ``xs`` gather in one buffer per input.
+
+A state is a pytree of arrays (:mod:`remat.pytree`) plus the random-number
+generator's state, so a step that draws random numbers replays them exactly
+when it is recomputed.  The *replay check* verifies that every recomputed step
+gives what it gave the first time (structure, shapes and dtypes always; the
+values' fingerprints unless ``check_replay=False``).  Everything is counted
+as it happens: ``stats`` reports step evaluations, snapshots and bytes held.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+from . import backend, guard, schedules
+from .ops.core import Op
+from .pytree import flatten, unflatten
+from .tape import (
+    GRAD_ENABLED,
+    OPEN_TAPE,
+    STEP,
+    BackwardError,
+    EscapeError,
+    Record,
+    Recorder,
+    StepRecord,
+    StepValue,
+    Sweep,
+    check_step_value,
+    enable_grad,
+    next_sequence,
+    no_grad,
+)
+from .tensor import Tensor
+
+
+class LoopError(RuntimeError):
+    """A checkpointed loop could not run: a bad step, or a step that failed."""
+
+
+class StepOutputError(LoopError, TypeError, ValueError):
+    """A step returned a state of another structure, shape or dtype than it was given."""
+
+
+class ReplayError(LoopError):
+    """A recomputed step (or checkpointed function) did not reproduce its first run."""
+
+
+REPLAY_CAUSES = (
+    "Usual causes: the step reads Python-side state that changes (a counter, a list), "
+    "draws from np.random instead of rm.random, or changes something in place. Make it a "
+    "pure function of its inputs (pass counters in the state), or turn the check off with "
+    "rm.Tape(check_replay=False) if the difference is expected (nondeterministic GPU kernels)."
+)
+
+
+# --- counting -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LoopStats:
+    """What one chain (or all chains of a tape, added up) did, counted as it ran.
+
+    ``snapshots`` is the schedule's slot budget; ``timeline`` lists
+    (step evaluations so far, bytes held) after every step and action when the
+    tape was made with ``trace=True`` (else it is None).
+    """
+
+    steps: int = 0
+    forward_steps: int = 0
+    peak_snapshots: int = 0
+    peak_bytes: int = 0
+    schedule: str = ""
+    snapshots: int = 0
+    timeline: list | None = None
+
+    @property
+    def recomputed_steps(self) -> int:
+        return self.forward_steps - self.steps
+
+    @classmethod
+    def combine(cls, stats):
+        stats = list(stats)
+        return cls(
+            steps=sum(s.steps for s in stats),
+            forward_steps=sum(s.forward_steps for s in stats),
+            peak_snapshots=max((s.peak_snapshots for s in stats), default=0),
+            peak_bytes=max((s.peak_bytes for s in stats), default=0),
+            schedule=", ".join(s.schedule for s in stats),
+            snapshots=max((s.snapshots for s in stats), default=0),
+        )
+
+    def __str__(self):
+        factor = self.forward_steps / self.steps if self.steps else 0.0
+        return (
+            f"{self.schedule or 'no loop'}: {self.steps} steps, {self.forward_steps} step "
+            f"evaluations ({self.recomputed_steps} recomputed, {factor:.2f}x), "
+            f"peak {self.peak_snapshots} snapshots, peak {self.peak_bytes / 2**20:.3f} MiB held"
+        )
+
+
+class Holdings:
+    """Bytes held by the chain right now, each array counted once however often held."""
+
+    def __init__(self):
+        self.count = {}  # id(array) -> [array, holders]
+        self.bytes = 0
+        self.peak = 0
+
+    def hold(self, arrays):
+        for a in arrays:
+            entry = self.count.get(id(a))
+            if entry is None:
+                self.count[id(a)] = [a, 1]
+                self.bytes += backend.nbytes(a)
+            else:
+                entry[1] += 1
+        if self.bytes > self.peak:
+            self.peak = self.bytes
+
+    def release(self, arrays):
+        for a in arrays:
+            entry = self.count[id(a)]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.count[id(a)]
+                self.bytes -= backend.nbytes(a)
+
+
+# --- states as pytrees ---------------------------------------------------------
+
+
+def is_value(v) -> bool:
+    """A pytree leaf the executor carries: a Tensor or an array (the rest is static)."""
+    return isinstance(v, Tensor) or backend.is_array(v)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a state looks like: its tree, and each leaf's shape and dtype."""
+
+    tree: object
+    shapes: tuple
+    dtypes: tuple
+
+    @classmethod
+    def of(cls, tree, leaves):
+        return cls(tree, tuple(a.shape for a in leaves), tuple(a.dtype for a in leaves))
+
+    def differs(self, other) -> str | None:
+        """How ``other`` differs from this spec, in words, or None."""
+        if other.tree != self.tree:
+            return f"structure {other.tree} instead of {self.tree}"
+        for k, (s, d, s2, d2) in enumerate(
+            zip(self.shapes, self.dtypes, other.shapes, other.dtypes)
+        ):
+            if s != s2 or d != d2:
+                return f"leaf {k} of shape {s2} dtype {d2} instead of shape {s} dtype {d}"
+        return None
+
+
+def leaves_of(tree, where, tensors_only=False):
+    """(leaf arrays, their nodes or None, TreeDef) of a state; refuses escaped values,
+    and with ``tensors_only`` arrays (what a step returns must be Tensors: an array
+    there would silently cut the gradient)."""
+    values, treedef = flatten(tree, is_value)
+    arrays, nodes = [], []
+    for k, v in enumerate(values):
+        if tensors_only and not isinstance(v, Tensor):
+            raise StepOutputError(
+                f"{where}: leaf {k} is a {type(v).__name__}, not a Tensor; what a step (or a "
+                "checkpointed function) returns must be Tensors, since an array would cut the "
+                "gradient. Wrap a constant with rm.tensor(...)"
+            )
+        if isinstance(v, Tensor):
+            node = v.node
+            if node is not None and not node:
+                if GRAD_ENABLED.get():
+                    check_step_value(where, node)
+                node = None
+            arrays.append(v._data)
+            nodes.append(node)
+        else:
+            arrays.append(v)
+            nodes.append(None)
+    return tuple(arrays), tuple(nodes), treedef
+
+
+# --- one step, taped or not -------------------------------------------------------
+
+
+class StepTape:
+    """The recording of one step: its input leaves, its outputs, and what it saved."""
+
+    __slots__ = ("inputs", "outputs", "floor", "saved")
+
+    def __init__(self, inputs, outputs, floor, saved):
+        self.inputs = inputs  # leaf Tensors standing for x_i (and xs[i])
+        self.outputs = outputs  # Tensors of x_{i+1} (and y_i), leading back to inputs
+        self.floor = floor  # first sequence number recorded by this step
+        self.saved = saved  # the arrays its records hold (for byte accounting)
+
+
+class StepSweep(Sweep):
+    """Backpropagate through one step tape inside an outer sweep.
+
+    Records the step made are reversed here; cotangents for the step's input
+    leaves are collected (they are the cotangent of the previous state); any
+    other tensor (a parameter, or a value made before the chain) is handed to
+    the outer sweep, which finishes its gradient.
+    """
+
+    RECORD = StepRecord
+
+    def __init__(self, outer, step_tape):
+        super().__init__(outer.ns)
+        self.outer = outer
+        self.floor = step_tape.floor
+        self.input_ids = {id(t.node): k for k, t in enumerate(step_tape.inputs)}
+        self.input_grads = [None] * len(step_tape.inputs)
+
+    def add(self, node, g):
+        if type(node) is StepRecord and node.seq >= self.floor:
+            super().add(node, g)
+            return
+        k = self.input_ids.get(id(node))
+        if k is None:
+            self.outer.add(node, g)
+        elif self.input_grads[k] is None:
+            self.input_grads[k] = g
+        else:
+            self.input_grads[k] = self.input_grads[k] + g
+
+
+def tape_call(call):
+    """Run ``call()`` recording on a tape of its own, and mark its records StepRecords
+    (a sweep other than this step's refuses them); returns (what it returned, the
+    first sequence number it recorded, its records)."""
+    recorder = Recorder()
+    floor = next_sequence()
+    with recorder, enable_grad():
+        result = call()
+    for record in recorder.records:
+        record.__class__ = StepRecord
+    return result, floor, recorder.records
+
+
+def saved_by(records, floor, inputs):
+    """The arrays ``records`` hold of a step's own values (what it made, or its
+    ``inputs``); parameters are not the chain's to count."""
+    input_ids = {id(t.node) for t in inputs}
+    saved = []
+    for record in records:
+        for a, node in zip(record.args, record.parents):
+            inside = node is None or (
+                node.seq >= floor if isinstance(node, Record) else id(node) in input_ids
+            )
+            if inside and a is not None and backend.is_array(a):
+                saved.append(a)
+        if record.ans is not None:
+            saved.append(record.ans)
+    return saved
+
+
+def reverse_step(outer, step_tape, cotangents):
+    """Backpropagate ``cotangents`` of a step tape's outputs; the inputs' cotangents
+    (None where none arrived)."""
+    sweep = StepSweep(outer, step_tape)
+    for t, g in zip(step_tape.outputs, cotangents):
+        if t.node and g is not None:
+            sweep.add(t.node, g)
+    sweep.run()
+    return sweep.input_grads
+
+
+class StateCotangent:
+    """Cotangents of a chain's outputs, one slot per output leaf (None = zero)."""
+
+    __slots__ = ("parts", "shape")
+
+    def __init__(self, parts, shape):
+        self.parts = parts
+        self.shape = shape
+
+    def __add__(self, other):
+        parts = [
+            b if a is None else a if b is None else a + b for a, b in zip(self.parts, other.parts)
+        ]
+        return StateCotangent(parts, self.shape)
+
+
+def _select_vjp(ns, g, ans, _, index, width, shape):
+    parts = [None] * width
+    parts[index] = g
+    return StateCotangent(parts, shape)
+
+
+# Outputs: one `loop_output` record per output leaf, each pointing at the
+# chain's record, so a pytree of outputs fits a tape of single-output records.
+SELECT = Op("loop_output", None, (_select_vjp,), ("",))
+
+
+def outputs_of(op, payload, parents, arrays, shape):
+    """Tensors for ``arrays``, the outputs of one multi-output record of ``op``
+    (a chain, a checkpoint) whose args are ``payload`` and inputs ``parents``."""
+    record = Record(op, parents, payload, None, None, shape)
+    width = len(arrays)
+    return [
+        Tensor._from_record(
+            a, Record(SELECT, (record,), (None,), None, _select(k, width, shape), a.shape)
+        )
+        if backend.is_floating(a.dtype)
+        else Tensor._wrap(a)  # integer parts (counters) carry no gradient
+        for k, a in enumerate(arrays)
+    ]
+
+
+def _select(k, width, shape):
+    return {"index": k, "width": width, "shape": shape}
+
+
+def refuse_twice(what):
+    return BackwardError(
+        f"{what} can be reversed once and not differentiated twice: its snapshots are "
+        "released by its backward (retain_graph and nested rm.grad are not supported "
+        "through it yet)"
+    )
+
+
+def _chain_backward(record, g, sweep):
+    if sweep.create_graph or sweep.retain_graph:  # refuse before anything is released
+        raise refuse_twice("a checkpointed tape.loop / chain / scan")
+    run = record.args[0]
+    record.release()
+    run.backward(g, sweep)
+
+
+CHAIN = Op("loop", None, (), None, custom_backward=_chain_backward)
+
+
+# --- the executor ---------------------------------------------------------------
+
+
+class Chain:
+    """What the executor runs: ``n`` steps, each ``call(i, state, x)`` -> (state, y).
+
+    ``name(i)`` names step i in messages; ``same_spec`` says every state has
+    x_0's spec (loops and scans); ``xs`` are the per-step inputs' leaf arrays
+    (leading axis n) and their nodes; ``has_ys`` says steps give outputs.
+    """
+
+    def __init__(
+        self, owner, call, name, same_spec, xs=(), xs_nodes=(), xs_tree=None, has_ys=False
+    ):
+        self.owner = owner  # "tape.loop", "tape.chain" or "tape.scan"
+        self.call = call
+        self.name = name
+        self.same_spec = same_spec
+        self.xs = xs
+        self.xs_nodes = xs_nodes
+        self.xs_tree = xs_tree
+        self.has_ys = has_ys
+
+
+class ChainRun:
+    """One execution of a chain: the schedule's actions, carried out."""
+
+    def __init__(self, tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps):
+        self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
+        # store-all never evaluates a step twice: nothing to compare
+        self.check_values = tape.check_replay and not isinstance(schedule, schedules.StoreAll)
+        self.chain = chain
+        self.schedule = schedule
+        self.actions = iter(schedule)
+        self.specs = {0: spec0}  # position -> Spec of x_position, learned going forward
+        self.devices = tuple(backend.device_of(a) for a in x0)
+        self.until = until
+        self.max_steps = max_steps
+        self.online_forward = hasattr(self.actions, "finish")  # until the end is known
+        self.x0_nodes = x0_nodes  # where the initial state's gradient goes
+        self.position = 0
+        self.evaluating = None  # the step being evaluated, for error messages
+        self.current = (x0, backend.random_state())  # (arrays, rng state) of x_position
+        self.slots = {}  # (level, slot) -> (step, arrays, rng state, guard checks, seq)
+        self.tapes = {}  # step index -> StepTape
+        self.reached = 0  # how many steps have been evaluated at least once
+        self.first = array("Q")  # step i -> fingerprint of its outputs the first time it ran
+        self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
+        self.ys_spec = None
+        self.held = Holdings()
+        self.cotangent = None  # of x_position during the reverse sweep
+        self.ys_cotangent = None
+        self.xs_grads = None
+        self.outer_sweep = None
+        self.stats = LoopStats(
+            schedule=type(schedule).__name__,
+            snapshots=schedule.snapshots,
+            timeline=[(0, 0)] if tape.trace else None,
+        )
+
+    @property
+    def nbytes(self):
+        """Bytes the chain holds now (snapshots and step tapes): what its record saves."""
+        return self.held.bytes
+
+    # -- evaluating steps --
+    def call_step(self, i, arrays, taped):
+        """Evaluate step i on x_i's ``arrays``; returns (x_{i+1}'s arrays, inputs, outputs).
+
+        Taped, the inputs are leaves (for the float components) so that the
+        step's ops are recorded; untaped, they are constants.  The outputs are
+        x_{i+1}'s leaf Tensors, then y_i's.
+        """
+        self.evaluating = i
+        self.stats.forward_steps += 1
+        chain, spec = self.chain, self.spec_at(i)
+        state_in = [Tensor._wrap(a, taped and backend.is_floating(a.dtype)) for a in arrays]
+        x_in = [
+            Tensor._wrap(a[i], taped and node is not None)
+            for a, node in zip(chain.xs, chain.xs_nodes)
+        ]
+        token = STEP.set(StepValue(chain.owner, i))  # what it makes without a gradient
+        try:
+            state = unflatten(spec.tree, state_in)
+            x = unflatten(chain.xs_tree, x_in) if chain.xs_tree is not None else None
+            new_state, y = chain.call(i, state, x)
+            out_arrays, _, tree = leaves_of(new_state, f"{chain.name(i)}: its new state", True)
+            outputs = flatten(new_state, is_value)[0]
+            if chain.has_ys:
+                y_arrays, _, y_tree = leaves_of(y, f"{chain.name(i)}: its output y", True)
+                outputs = outputs + flatten(y, is_value)[0]
+            else:
+                y_arrays, y_tree = (), None
+        finally:
+            STEP.reset(token)
+        self.check_step(i, tree, out_arrays, y_tree, y_arrays, taped)
+        return out_arrays, state_in + x_in, outputs
+
+    def spec_at(self, i):
+        """The Spec of x_i (a loop's and a scan's states all have x_0's)."""
+        return self.specs[0] if self.chain.same_spec else self.specs[i]
+
+    def check_step(self, i, tree, arrays, y_tree, y_arrays, taped):
+        """Spec of x_{i+1} (and y_i) as expected; when step i is taped again, the values.
+
+        The forward sweep evaluates the steps in order, so step i runs for the
+        first time when ``i == self.reached``: what it gives then is learned
+        (a 64-bit fingerprint of all its outputs, 8 bytes a step).  Values
+        are compared when a step is taped again, since the gradient is made of
+        the taped steps alone: a step recomputed untaped only leads to a later
+        taped one, whose output would differ in turn.
+        """
+        spec = Spec.of(tree, arrays)
+        y_spec = Spec.of(y_tree, y_arrays) if y_tree is not None else None
+        if i == self.reached:
+            self.reached += 1
+            if self.chain.same_spec:
+                wrong = self.specs[0].differs(spec)
+                if wrong is not None:
+                    raise StepOutputError(
+                        f"{self.chain.name(i)} returned a state with {wrong}; a loop's (or "
+                        "scan's) state must keep its structure, shapes and dtypes from step to "
+                        "step (use tape.chain for layers that change them)"
+                    )
+            else:
+                self.specs[i + 1] = spec
+            if y_spec is not None:
+                if self.ys_spec is None:
+                    self.ys_spec = y_spec
+                elif self.ys_spec.differs(y_spec) is not None:
+                    raise StepOutputError(
+                        f"{self.chain.name(i)} returned y with {self.ys_spec.differs(y_spec)}; "
+                        "every step's y must agree, so that they stack"
+                    )
+                self.ys[i] = y_arrays
+            if self.check_values:
+                self.first.append(fingerprint_all(arrays + y_arrays))
+            return
+        wrong = self.spec_at(i + 1).differs(spec)
+        if wrong is not None:
+            wrong = f"a state with {wrong}"
+        elif y_spec is not None and self.ys_spec.differs(y_spec) is not None:
+            wrong = f"y with {self.ys_spec.differs(y_spec)}"
+        elif taped and self.check_values and fingerprint_all(arrays + y_arrays) != self.first[i]:
+            wrong = "different values (the same structure, shapes and dtypes)"
+        if wrong is not None:
+            raise ReplayError(
+                f"{self.chain.name(i)} was recomputed from its stored input and returned "
+                f"{wrong} than its first run. {REPLAY_CAUSES}"
+            )
+
+    def expect_position(self, action, index):
+        if self.position != index:
+            raise LoopError(
+                f"schedule {self.schedule!r} asked for {action} while the current state is "
+                f"x_{self.position}: this schedule is invalid (remat.schedules.simulate "
+                "names the broken rule)"
+            )
+
+    # -- the actions --
+    def advance(self, action):
+        self.expect_position(action, action.start)
+        arrays, rng = self.current
+        backend.set_random_state(rng)
+        with no_grad():
+            for i in range(action.start, action.stop):
+                arrays = self.call_step(i, arrays, taped=False)[0]
+                self.mark()
+        self.current = (arrays, backend.random_state())
+        self.position = action.stop
+
+    def tape_steps(self, action):
+        self.expect_position(action, action.start)
+        arrays, rng = self.current
+        backend.set_random_state(rng)
+        for i in range(action.start, action.stop):
+            (arrays, inputs, outputs), floor, records = tape_call(
+                lambda: self.call_step(i, arrays, taped=True)
+            )
+            saved = saved_by(records, floor, inputs)
+            self.tapes[i] = StepTape(inputs, outputs, floor, saved)
+            self.held.hold(saved)
+            self.mark()
+            if self.online_forward and self.stop_online(i + 1, arrays):
+                break
+        self.current = (arrays, backend.random_state())
+        self.position = i + 1
+
+    def stop_online(self, n, arrays):
+        """After an online step: tell the schedule if the loop has ended at x_n."""
+        done = self.max_steps is not None and n >= self.max_steps
+        if not done and self.until is not None:
+            done = self.ask_until(n, arrays)
+        if done:
+            self.actions.finish(n)
+            self.stats.steps = n
+            self.online_forward = False
+            return True
+        return False
+
+    def ask_until(self, n, arrays):
+        """The predicate on x_n.  Random numbers it draws do not move the steps' stream
+        (they would not be drawn again when steps are recomputed)."""
+        rng = backend.random_state()
+        state = unflatten(self.spec_at(n).tree, [Tensor._wrap(a) for a in arrays])
+        with no_grad():
+            answer = self.until(state)
+        backend.set_random_state(rng)
+        try:
+            return bool(answer)
+        except (TypeError, ValueError):
+            raise LoopError(
+                f"tape.loop: until returned {answer!r} after step {n - 1}; it must return a "
+                "bool (or a one-element Tensor)"
+            ) from None
+
+    def discard(self, action):
+        for i in range(action.start, action.stop):
+            self.held.release(self.tapes.pop(i).saved)
+
+    def snapshot(self, action):
+        self.expect_position(action, action.step)
+        key = (action.level, action.slot)
+        if key in self.slots:
+            self.held.release(self.slots[key][1])
+        arrays, rng = self.current
+        if self.snapshot_device is not None:  # offload, e.g. GPU -> host memory
+            arrays = tuple(backend.to_device(a, self.snapshot_device) for a in arrays)
+        # A snapshot changed in place would give wrong gradients: fingerprint
+        # what the user could write (remat.guard), and check at Restore.
+        found = guard.checks(arrays) if guard.WATCHED else None
+        self.slots[key] = (action.step, arrays, rng, found, next_sequence())
+        self.held.hold(arrays)
+        self.stats.peak_snapshots = max(self.stats.peak_snapshots, len(self.slots))
+
+    def restore(self, action):
+        step, arrays, rng, found, seq = self.slots[(action.level, action.slot)]
+        if step != action.step:
+            raise LoopError(f"schedule asked for {action} but that slot holds x_{step}")
+        k = guard.changed(arrays, found, seq)
+        if k is not None:
+            raise LoopError(
+                f"tape.loop: the snapshot of x_{step} (state leaf {k}, shape "
+                f"{arrays[k].shape}) was changed in place after it was taken (through .data, "
+                "np.asarray(t) or a view of them inside a step), so recomputing from it would "
+                "give wrong gradients. A step must not write into its input state: compute a "
+                "new state out of place."
+            )
+        if self.snapshot_device is not None:
+            arrays = tuple(backend.to_device(a, d) for a, d in zip(arrays, self.devices))
+        self.current = (arrays, rng)
+        self.position = step
+
+    def free(self, action):
+        arrays = self.slots.pop((action.level, action.slot))[1]
+        self.held.release(arrays)
+
+    def reverse(self, action):
+        chain = self.chain
+        for i in range(action.stop - 1, action.start - 1, -1):
+            step_tape = self.tapes.pop(i)
+            seeds = list(self.cotangent)
+            if chain.has_ys:
+                seeds += [None if g is None else g[i] for g in self.ys_cotangent]
+            grads = reverse_step(self.outer_sweep, step_tape, seeds)
+            spec = self.spec_at(i)
+            width = len(spec.shapes)
+            self.cotangent = [
+                g if g is not None else backend.zeros(s, d, like=t._data)
+                for g, s, d, t in zip(grads[:width], spec.shapes, spec.dtypes, step_tape.inputs)
+            ]
+            for k, g in enumerate(grads[width:]):
+                if g is not None:
+                    buffer = self.xs_grads[k]
+                    buffer[i] += g if g.shape == buffer.shape[1:] else g.reshape(buffer.shape[1:])
+            self.held.release(step_tape.saved)
+        self.position = None
+
+    # -- the two sweeps --
+    def mark(self):
+        """Note the bytes held now in the timeline (with Tape(trace=True))."""
+        if self.stats.timeline is not None:
+            self.stats.timeline.append((self.stats.forward_steps, self.held.bytes))
+
+    def carry_out(self, action):
+        HANDLERS[type(action)](self, action)
+        self.mark()
+
+    def run_forward(self):
+        """Carry out the schedule up to EndForward; return x_n's arrays and the ys."""
+        for action in self.actions:
+            if type(action) is schedules.EndForward:
+                break
+            self.carry_out(action)
+        else:
+            raise LoopError(f"schedule {self.schedule!r} ended before EndForward")
+        if not hasattr(self.actions, "finish"):  # online runs counted it at their end
+            self.stats.steps = self.position
+        self.stats.peak_bytes = self.held.peak
+        ys = ()
+        if self.chain.has_ys:
+            n = self.stats.steps
+            ys = tuple(
+                backend.xp.stack([self.ys[i][k] for i in range(n)])
+                for k in range(len(self.ys_spec.shapes))
+            )
+            self.ys = {}
+        return self.current[0], ys
+
+    def backward(self, cotangent, sweep):
+        """Carry out the rest of the schedule, from the outputs' cotangents back to x_0."""
+        self.outer_sweep = sweep
+        n, final = self.stats.steps, self.spec_at(self.stats.steps)
+        width = len(final.shapes)
+        self.cotangent = [
+            g if g is not None else backend.zeros(s, d, like=self.current[0][k])
+            for k, (g, s, d) in enumerate(zip(cotangent.parts[:width], final.shapes, final.dtypes))
+        ]
+        self.ys_cotangent = cotangent.parts[width:]
+        self.xs_grads = [backend.zeros((n, *a.shape[1:]), a.dtype, like=a) for a in self.chain.xs]
+        rng_after_forward = backend.random_state()
+        try:
+            for action in self.actions:
+                if type(action) is schedules.End:
+                    break
+                try:
+                    self.carry_out(action)
+                except (LoopError, EscapeError):
+                    raise
+                except Exception as error:
+                    raise LoopError(
+                        f"{self.chain.name(self.evaluating)} raised "
+                        f"{type(error).__name__} while being recomputed in backward "
+                        f"({action}): {error}"
+                    ) from error
+            for k, node in enumerate(self.x0_nodes):
+                if node is not None:
+                    sweep.add(node, self.cotangent[k])
+            for node, g in zip(self.chain.xs_nodes, self.xs_grads):
+                if node is not None:
+                    sweep.add(node, g)
+        finally:
+            backend.set_random_state(rng_after_forward)
+            self.release()
+
+    def release(self):
+        """Drop every snapshot and step tape (after backward, or on an error)."""
+        self.stats.peak_bytes = max(self.stats.peak_bytes, self.held.peak)
+        self.slots.clear()
+        self.tapes.clear()
+        self.first = array("Q")
+        self.held = Holdings()
+        self.current = (None, None)
+        self.cotangent = self.outer_sweep = self.ys_cotangent = self.xs_grads = None
+
+
+# What carries out each action (a table of plain functions: bound methods kept on
+# the run would make a reference cycle, and hold the run until the cyclic GC).
+HANDLERS = {
+    schedules.Advance: ChainRun.advance,
+    schedules.Tape: ChainRun.tape_steps,
+    schedules.Reverse: ChainRun.reverse,
+    schedules.Discard: ChainRun.discard,
+    schedules.Snapshot: ChainRun.snapshot,
+    schedules.Restore: ChainRun.restore,
+    schedules.Free: ChainRun.free,
+}
+
+
+def fingerprint_all(arrays) -> int:
+    """One fingerprint of all of ``arrays``, in order (see backend.replay_fingerprint)."""
+    value = 0
+    for a in arrays:
+        value = backend.replay_fingerprint(a, value)
+    return value
+
+
+def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
+    """Run ``chain`` from ``state`` following ``schedule``; return (final state, ys).
+
+    The chain is one record on the open tape (when gradients are on); its
+    backward runs the rest of the schedule.
+    """
+    x0, x0_nodes, tree0 = leaves_of(state, "the initial state")
+    spec0 = Spec.of(tree0, x0)
+    run = ChainRun(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
+    try:
+        final, ys = run.run_forward()
+    except BaseException:
+        run.release()
+        raise
+    tape.loops.append(run.stats)
+    final_spec = run.spec_at(run.stats.steps)
+    arrays = tuple(final) + tuple(ys)
+    y_tree = run.ys_spec.tree if chain.has_ys else None
+    parents = tuple(x0_nodes) + tuple(chain.xs_nodes)
+    if not GRAD_ENABLED.get():
+        run.release()
+        outputs = [Tensor._wrap(a) for a in arrays]
+    else:
+        # Recorded even when nothing in x_0 needs a gradient: a step may use a
+        # parameter in steps that were not taped in the forward sweep.
+        shapes = tuple(a.shape for a in arrays)
+        open_tape = OPEN_TAPE.get()
+        if open_tape is None or open_tape is tape:
+            with tape:
+                outputs = outputs_of(CHAIN, (run,), parents, arrays, shapes)
+        else:  # the open recorder (a step being taped, say) keeps them; the tape lists them
+            count = len(open_tape.records)
+            outputs = outputs_of(CHAIN, (run,), parents, arrays, shapes)
+            tape.records.extend(open_tape.records[count:])
+    width = len(final)
+    new_state = unflatten(final_spec.tree, outputs[:width])
+    ys_out = unflatten(y_tree, outputs[width:]) if y_tree is not None else None
+    return new_state, ys_out

@@ -1,0 +1,105 @@
+"""Pytrees: nested tuples, lists and dicts whose leaves are arrays or Tensors.
+
+A loop's state, a scan's carry and inputs, a checkpointed function's
+arguments and ``rm.grad``'s arguments may all be pytrees, as in JAX.
+:func:`flatten` splits one into its leaves (in a fixed order) and a
+:class:`TreeDef` that remembers everything else; :func:`unflatten` puts new
+leaves back into the same shape::
+
+    >>> is_float = lambda v: isinstance(v, float)
+    >>> leaves, tree = flatten({"h": 1.0, "c": [2.0, "tag"]}, is_float)
+    >>> leaves
+    [2.0, 1.0]
+    >>> unflatten(tree, [20.0, 10.0])
+    {'h': 10.0, 'c': [20.0, 'tag']}
+
+Dicts are flattened in sorted key order (so equal dicts flatten alike) and
+rebuilt in their own order.  Any value that is neither a container nor a
+leaf (a string, a number, None) is *static*: it is kept in the TreeDef, and
+two trees with different static values have different TreeDefs.  Tuples keep
+their type, so namedtuples come back as namedtuples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TreeDef:
+    """The shape of a pytree without its leaves: compare two with ``==``."""
+
+    kind: object  # "leaf", "static", or the container type (tuple subclass, list, dict)
+    children: tuple = ()  # TreeDefs of the children (dict: in sorted key order)
+    meta: object = None  # dict: its keys in their own order; static: the value
+
+    @property
+    def leaves(self) -> int:
+        """How many leaves a tree of this shape has."""
+        if self.kind == "leaf":
+            return 1
+        return sum(child.leaves for child in self.children)
+
+    def __str__(self):
+        if self.kind == "leaf":
+            return "Tensor"
+        if self.kind == "static":
+            return repr(self.meta)
+        if self.kind is dict:
+            keys = sorted(self.meta, key=_sort_key)
+            return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(keys, self.children)) + "}"
+        inner = ", ".join(map(str, self.children))
+        if self.kind is list:
+            return f"[{inner}]"
+        name = "" if self.kind is tuple else self.kind.__name__
+        return f"{name}({inner}{',' if len(self.children) == 1 and not name else ''})"
+
+
+def _sort_key(key):
+    return (type(key).__name__, repr(key)) if not isinstance(key, str) else ("", key)
+
+
+def flatten(tree, is_leaf):
+    """``(leaves, treedef)``: the leaves of ``tree`` (values for which ``is_leaf`` holds)."""
+    leaves = []
+    return leaves, _flatten(tree, is_leaf, leaves)
+
+
+def _flatten(tree, is_leaf, leaves):
+    if is_leaf(tree):
+        leaves.append(tree)
+        return TreeDef("leaf")
+    if isinstance(tree, dict):
+        keys = sorted(tree, key=_sort_key)
+        children = tuple(_flatten(tree[k], is_leaf, leaves) for k in keys)
+        return TreeDef(dict, children, tuple(tree))
+    if isinstance(tree, (tuple, list)):
+        kind = list if isinstance(tree, list) else type(tree)
+        return TreeDef(kind, tuple(_flatten(v, is_leaf, leaves) for v in tree))
+    return TreeDef("static", (), tree)
+
+
+def unflatten(treedef, leaves):
+    """The tree of shape ``treedef`` holding ``leaves`` (in flatten's order)."""
+    leaves = list(leaves)
+    if len(leaves) != treedef.leaves:
+        raise ValueError(f"unflatten: {treedef} has {treedef.leaves} leaves, got {len(leaves)}")
+    iterator = iter(leaves)
+    return _build(treedef, iterator)
+
+
+def _build(treedef, leaves):
+    kind = treedef.kind
+    if kind == "leaf":
+        return next(leaves)
+    if kind == "static":
+        return treedef.meta
+    children = [_build(child, leaves) for child in treedef.children]
+    if kind is dict:
+        by_key = dict(zip(sorted(treedef.meta, key=_sort_key), children))
+        return {k: by_key[k] for k in treedef.meta}
+    if kind is list:
+        return children
+    if kind is tuple:
+        return tuple(children)
+    return kind._make(children) if hasattr(kind, "_make") else kind(children)  # namedtuples
