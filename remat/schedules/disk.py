@@ -1,0 +1,445 @@
+"""Two storage levels: memory slots that cost nothing, disk slots that cost time.
+
+A state written to disk costs ``write_cost`` and reading it back costs
+``read_cost``, both in units of one step evaluation; memory snapshots and
+restores are free.  Two optimal schedules:
+
+* :class:`DiskRevolve` - ``snapshots`` memory slots and an unbounded disk
+  (Aupy, Herrmann, Hovland and Robert 2016, "Optimal multistage algorithm for
+  adjoint computation", SIAM J. Sci. Comput. 38(3)).
+* :class:`TwoLevel` - ``snapshots`` memory slots and ``disk_snapshots`` disk
+  slots (Herrmann and Pallez 2020, "H-Revolve: a framework for adjoint
+  computation on synchronous hierarchical platforms", ACM TOMS 46(2)).
+
+The cost model (the papers')
+----------------------------
+A forward step costs ``uf = 1``; a taped step and its reversal cost
+``ub = 0`` beyond that; a disk write costs ``write_cost``, a disk read
+``read_cost``; memory operations are free.  Every schedule here tapes each
+step exactly once, right before reversing it, so the cost of a schedule is
+its *extra* cost,
+
+    cost = advances + write_cost * writes["disk"] + read_cost * reads["disk"],
+
+with the counts of :func:`~.simulate.simulate`; ``simulate(...).forward_steps
+== steps + advances``.  :func:`disk_revolve_cost` and :func:`two_level_cost`
+return the optimum, which the schedules reach exactly.
+
+remat's conventions against the papers'
+---------------------------------------
+* The papers' chain of length ``l`` has ``l + 1`` steps (``F_0 .. F_l``; the
+  last one is taped directly), so remat's ``steps = n`` is their ``l = n - 1``.
+* ``snapshots`` is the papers' ``c_m`` unchanged: the memory slots, the one
+  that holds ``x_0`` included *if* ``x_0`` lives in memory.  ``x_0`` starts
+  current and stored nowhere; the optimal schedule stores it either in
+  memory slot 0 (then it is plain Revolve on that chain) or in disk slot 0,
+  paying one write, and leaves all memory slots to later states.  The
+  schedule's ``x0_level`` says which.  With this reading the papers' anchors
+  hold: ``DiskRevolve(11, 1, 2, 2)`` costs 30 and ``TwoLevel(21, 2, 2, 2, 2)``
+  costs 53.
+* ``disk_snapshots`` counts every disk slot, ``x_0``'s included.
+
+The recurrences (written for remat's ``n``)
+-------------------------------------------
+``M(n) = E(n, s)`` is memory-only Revolve (:mod:`.binomial`), ``x_0`` current.
+With ``m`` disk slots free, ``x_0`` current and stored nowhere::
+
+    T(n, 0) = M(n),     T(n, m) = min(M(n), write_cost + P(n, m))
+
+and, once ``x_0`` is on disk (one of the ``m`` slots) and current::
+
+    P(1, m) = 0,
+    P(n, m) = min(M(n),  min over 1 <= j < n of
+                         j + T(n - j, m - 1) + read_cost + P(j, m)):
+
+advance ``j`` steps, reverse the right part with one disk slot less, read
+``x_0`` back, and reverse the left part with ``x_0`` still on disk (Herrmann
+and Pallez's H-Revolve for two levels).  With an unbounded disk, Aupy et al.
+show that the left part never needs a second disk slot, which gives
+Disk-Revolve::
+
+    D1(n)   = P(n, 1)
+    Dinf(n) = min(M(n), min over j of write_cost + j + Dinf(n - j) + read_cost + D1(j)).
+
+Plan time
+---------
+The minimum over ``j`` is a min-plus convolution.  Two facts make it cheap
+without changing its value.  Against ``M``, which is convex (its increments
+are repetition numbers), the best ``j`` on a stretch where the other term is
+linear with slope ``a`` is found by one bisection: ``M``'s increment must
+just reach ``a``.  Against the other tables, which are piecewise linear with
+few pieces, the minimum of a sum of two functions linear between their
+breakpoints lies at a breakpoint of either, so only those ``j`` are tried.
+Both are exact; the work per ``n`` is the number of breakpoints, small in
+practice (tens to a few hundred), and the tables cost O(n * d) numbers.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterator
+from numbers import Real
+
+from .actions import (
+    DISK,
+    MEMORY,
+    Action,
+    Advance,
+    End,
+    EndForward,
+    Free,
+    Restore,
+    Snapshot,
+)
+from .arguments import require_count
+from .revolve import reverse_segment
+
+INF = float("inf")
+
+
+def require_cost(owner: str, name: str, value: object) -> float:
+    """A finite real number >= 0 (a write or read cost), else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < INF:
+        raise ValueError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def _memory_table(n_max: int, s: int) -> list:
+    """``M[n] = E(n, s)`` for ``0 <= n <= n_max`` (``M[0]`` unused), ``INF`` if impossible."""
+    table = [0, 0]
+    if s == 0:  # only a single step can be reversed without a slot
+        return table + [INF] * (n_max - 1)
+    r, reach = 0, 1  # repetition number of n and beta(s, r)
+    for n in range(2, n_max + 1):
+        while reach < n:
+            r += 1
+            reach = reach * (s + r) // r
+        table.append(table[-1] + r)  # the n-th step costs its repetition number
+    return table[: n_max + 1]
+
+
+def _breakpoints(table: list, stop: int) -> list:
+    """The ``b`` in ``2 .. stop-2`` where the increments of ``table`` change."""
+    return [b for b in range(2, stop - 1) if table[b + 1] - table[b] != table[b] - table[b - 1]]
+
+
+class _Tables:
+    """The optimal costs (and splits) of every chain up to ``n_max`` steps."""
+
+    def __init__(self, n_max: int, s: int, write_cost, read_cost) -> None:
+        self.n_max, self.s, self.wc, self.rc = n_max, s, write_cost, read_cost
+        self.M = _memory_table(n_max, s)
+        # increments of M (non-decreasing); index 0 is a sentinel for bisect
+        self.dM = [-INF] + [self.M[r + 1] - self.M[r] for r in range(1, n_max)]
+
+    def _level(self, right: list | None) -> tuple[list, list]:
+        """``P(., m)`` given ``right = P(., m - 1)`` (None for ``m = 1``), with its splits.
+
+        ``P(n) = min(M(n), min_j A(j) + M(n - j), min_j A(j) + wc + right(n - j))``
+        where ``A(j) = j + rc + P(j)``: the right part ``T(n - j, m - 1)`` is
+        ``min(M, wc + right)``, so it splits into a convex part and the rest.
+        """
+        n_max, M, dM, s, rc = self.n_max, self.M, self.dM, self.s, self.rc
+        wc = self.wc
+        P, A, split = [0, 0], [INF, 1 + rc], [0, 0]
+        starts, reach = [1], []  # pieces of A: first index, and M's reach at its slope
+        right_breaks = [] if right is None else _breakpoints(right, n_max + 1)
+        for n in range(2, n_max + 1):
+            best, arg = M[n], 0
+            last = n - 1
+            # right part in memory: A linear on each piece, M convex
+            if s == 0:
+                value = A[last]  # only a one-step right part needs no slot
+                if value < best:
+                    best, arg = value, last
+            else:
+                if len(reach) < len(starts) and starts[-1] < last:
+                    start = starts[-1]  # the newest piece's slope is known now
+                    reach.append(bisect_right(dM, A[start + 1] - A[start], 1) - 1)
+                for k, start in enumerate(starts):
+                    if k == len(reach):  # a piece of one point
+                        j = start
+                    else:
+                        stop = starts[k + 1] if k + 1 < len(starts) else last
+                        j = last - reach[k]
+                        j = start if j < start else stop if j > stop else j
+                    value = A[j] + M[n - j]
+                    if value < best:
+                        best, arg = value, j
+            # right part on disk: both terms piecewise linear, try the breakpoints
+            if right is not None:
+                for j in (1, last):
+                    value = A[j] + wc + right[n - j]
+                    if value < best:
+                        best, arg = value, j
+                for j in starts:
+                    value = A[j] + wc + right[n - j]
+                    if value < best:
+                        best, arg = value, j
+                for b in right_breaks:
+                    if b > n - 2:
+                        break
+                    value = A[n - b] + wc + right[b]
+                    if value < best:
+                        best, arg = value, n - b
+            P.append(best)
+            A.append(n + rc + best)
+            split.append(arg)
+            b = n - 1  # A[n] is known: is n - 1 a breakpoint of A?
+            if b >= 2 and A[b + 1] - A[b] != A[b] - A[b - 1]:
+                starts.append(b)
+        return P, split
+
+    def two_level(self, d: int) -> tuple[list, list]:
+        """``P(., m)`` and its splits for ``m = 1 .. d`` (index 0 unused).
+
+        Stops early when a level equals the one below: then every higher one
+        does too (the recurrence is the same).
+        """
+        Ps, splits = [None], [None]
+        for m in range(1, d + 1):
+            P, split = self._level(Ps[-1])
+            if m >= 2 and P == Ps[-1]:
+                break
+            Ps.append(P)
+            splits.append(split)
+        while len(Ps) <= d:  # saturated: the same table serves every higher level
+            Ps.append(Ps[-1])
+            splits.append(splits[-1])
+        return Ps, splits
+
+    def unbounded(self) -> tuple[list, list, list, list]:
+        """Disk-Revolve: ``D1``, its splits, ``Dinf`` and its splits."""
+        n_max, M, wc, rc = self.n_max, self.M, self.wc, self.rc
+        D1, split1 = self._level(None)
+        C = [INF] + [wc + j + rc + D1[j] for j in range(1, n_max + 1)]
+        c_breaks = _breakpoints(C, n_max + 1)
+        D, split, d_breaks = [0, 0], [0, 0], []
+        for n in range(2, n_max + 1):
+            best, arg = M[n], 0
+            for j in (1, n - 1):
+                value = C[j] + D[n - j]
+                if value < best:
+                    best, arg = value, j
+            for j in c_breaks:
+                if j > n - 2:
+                    break
+                value = C[j] + D[n - j]
+                if value < best:
+                    best, arg = value, j
+            for b in d_breaks:
+                value = C[n - b] + D[b]
+                if value < best:
+                    best, arg = value, n - b
+            D.append(best)
+            split.append(arg)
+            b = n - 1
+            if b >= 2 and D[b + 1] - D[b] != D[b] - D[b - 1]:
+                d_breaks.append(b)
+        return D1, split1, D, split
+
+
+def _check(owner, steps, snapshots, write_cost, read_cost):
+    n = require_count(owner, "steps", steps)
+    s = require_count(owner, "snapshots", snapshots, minimum=0)
+    wc = require_cost(owner, "write_cost", write_cost)
+    rc = require_cost(owner, "read_cost", read_cost)
+    return n, s, wc, rc
+
+
+def disk_revolve_cost(steps: int, snapshots: int, write_cost, read_cost):
+    """Optimal extra cost with ``snapshots`` memory slots and an unbounded disk.
+
+    ``advances + write_cost * disk writes + read_cost * disk reads`` of
+    :class:`DiskRevolve` (Aupy et al. 2016's ``Opt_inf(steps - 1, snapshots)``
+    with ``uf = 1, ub = 0``).
+    """
+    n, s, wc, rc = _check("disk_revolve_cost", steps, snapshots, write_cost, read_cost)
+    return _Tables(n, s, wc, rc).unbounded()[2][n]
+
+
+def two_level_cost(steps: int, snapshots: int, disk_snapshots: int, write_cost, read_cost):
+    """Optimal extra cost with ``snapshots`` memory and ``disk_snapshots`` disk slots.
+
+    ``advances + write_cost * disk writes + read_cost * disk reads`` of
+    :class:`TwoLevel` (Herrmann and Pallez 2020's optimum for two levels);
+    with ``disk_snapshots = 0`` it is Revolve's ``E(n, s)``.
+    """
+    n, s, d, wc, rc = _check_two(
+        "two_level_cost", steps, snapshots, disk_snapshots, write_cost, read_cost
+    )
+    tables = _Tables(n, s, wc, rc)
+    if d == 0:
+        return tables.M[n]
+    P = tables.two_level(d)[0][d]
+    return min(tables.M[n], wc + P[n])
+
+
+def _check_two(owner, steps, snapshots, disk_snapshots, write_cost, read_cost):
+    n, s, wc, rc = _check(owner, steps, snapshots, write_cost, read_cost)
+    d = require_count(owner, "disk_snapshots", disk_snapshots, minimum=0)
+    if n >= 2 and s + d == 0:
+        raise ValueError(
+            f"{owner}: snapshots + disk_snapshots must be >= 1 for steps >= 2, "
+            f"got snapshots={snapshots!r}, disk_snapshots={disk_snapshots!r}"
+        )
+    return n, s, d, wc, rc
+
+
+class _Generator:
+    """Emits the actions of a memory-and-disk plan, without recursion.
+
+    ``memory(a, n)`` reverses steps ``a .. a+n-1`` with memory only (Revolve,
+    ``x_a`` current); the first such segment is the end of the forward sweep
+    and keeps its ``EndForward()``, later ones drop theirs.
+    """
+
+    def __init__(self, steps: int, s: int) -> None:
+        self.steps, self.s = steps, s
+        self.forward = True
+
+    def memory(self, a: int, n: int) -> Iterator[Action]:
+        slots = range(min(self.s, n))
+        if self.forward:
+            self.forward = False
+            yield from reverse_segment(a, n, slots, in_forward_sweep=True)
+            return
+        for action in reverse_segment(a, n, slots, in_forward_sweep=True):
+            if type(action) is not EndForward:
+                yield action
+
+    def run(self, expand, root) -> Iterator[Action]:
+        """Depth-first: ``expand(task)`` returns the parts of a task, in order."""
+        stack = [root]
+        while stack:
+            task = stack.pop()
+            if isinstance(task, Action):
+                yield task
+            elif task[0] == "memory":
+                yield from self.memory(task[1], task[2])
+            else:
+                stack.extend(reversed(expand(task)))
+        yield End()
+
+
+class DiskRevolve:
+    """Optimal schedule for ``snapshots`` memory slots and an unbounded disk.
+
+    Aupy, Herrmann, Hovland and Robert 2016, "Optimal multistage algorithm
+    for adjoint computation" (SIAM J. Sci. Comput. 38(3)): a chain either
+    runs Revolve in memory, or writes ``x_0`` to disk, advances ``j`` steps,
+    solves the rest the same way, reads ``x_0`` back and reverses the first
+    ``j`` steps re-reading ``x_0`` from disk as often as it pays (one disk
+    slot).  The cost model and remat's conventions are in :mod:`.disk`;
+    ``cost`` is the optimum, ``disk_revolve_cost(steps, snapshots, write_cost,
+    read_cost)``, and ``x0_level`` says where ``x_0`` is stored.  Disk slots
+    are numbered from 0 (``x_0``'s) by depth; ``disk_snapshots`` is ``None``
+    (unbounded).
+    """
+
+    disk_snapshots = None
+
+    def __init__(self, steps: int, snapshots: int, write_cost, read_cost) -> None:
+        self.steps, self.snapshots, self.write_cost, self.read_cost = _check(
+            "DiskRevolve", steps, snapshots, write_cost, read_cost
+        )
+        tables = _Tables(self.steps, self.snapshots, self.write_cost, self.read_cost)
+        _, self._split1, costs, self._split = tables.unbounded()
+        self.cost = costs[self.steps]
+        self.x0_level = None if self.steps == 1 else DISK if self._split[self.steps] else MEMORY
+
+    def __repr__(self) -> str:
+        return (
+            f"DiskRevolve(steps={self.steps}, snapshots={self.snapshots}, "
+            f"write_cost={self.write_cost!r}, read_cost={self.read_cost!r})"
+        )
+
+    def __iter__(self) -> Iterator[Action]:
+        split, split1 = self._split, self._split1
+
+        def expand(task):
+            kind, a, n, slot = task
+            if kind == "free":  # x_a is current, not stored, disk slots from `slot` free
+                j = split[n]
+                if j == 0:
+                    return [("memory", a, n)]
+                return [
+                    Snapshot(a, slot, DISK),
+                    Advance(a, a + j),
+                    ("free", a + j, n - j, slot + 1),
+                    Restore(a, slot, DISK),
+                    ("disk", a, j, slot),
+                ]
+            j = split1[n]  # "disk": x_a is current and in disk slot `slot`
+            if j == 0:
+                return [Free(slot, DISK), ("memory", a, n)]
+            return [
+                Advance(a, a + j),
+                ("memory", a + j, n - j),
+                Restore(a, slot, DISK),
+                ("disk", a, j, slot),
+            ]
+
+        return _Generator(self.steps, self.snapshots).run(expand, ("free", 0, self.steps, 0))
+
+
+class TwoLevel:
+    """Optimal schedule for ``snapshots`` memory slots and ``disk_snapshots`` disk slots.
+
+    Herrmann and Pallez 2020, "H-Revolve" (ACM TOMS 46(2)), for two levels:
+    a chain with ``x_0`` current either runs Revolve in memory or writes
+    ``x_0`` to a disk slot; with ``x_0`` on disk it either runs Revolve in
+    memory (freeing the disk slot) or advances ``j`` steps, solves the rest
+    with one disk slot less, reads ``x_0`` back and solves the first ``j``
+    steps with ``x_0`` still on disk.  With ``disk_snapshots=0`` it is
+    :class:`~.revolve.Revolve` action for action.  The cost model and remat's
+    conventions are in :mod:`.disk`; ``cost`` is the optimum,
+    ``two_level_cost(...)``, and ``x0_level`` says where ``x_0`` is stored.
+    The disk slot of a segment with ``m`` slots left is ``disk_snapshots - m``.
+    """
+
+    def __init__(
+        self, steps: int, snapshots: int, disk_snapshots: int, write_cost, read_cost
+    ) -> None:
+        n, s, d, wc, rc = _check_two(
+            "TwoLevel", steps, snapshots, disk_snapshots, write_cost, read_cost
+        )
+        self.steps, self.snapshots, self.disk_snapshots = n, s, d
+        self.write_cost, self.read_cost = wc, rc
+        tables = _Tables(n, s, wc, rc)
+        self._M = tables.M
+        self._P, self._split = tables.two_level(d) if d else ([None], [None])
+        self.cost = self._M[n] if d == 0 else min(self._M[n], wc + self._P[d][n])
+        self.x0_level = None if n == 1 else MEMORY if self._on_memory(n, d) else DISK
+
+    def _on_memory(self, n: int, m: int) -> bool:
+        return m == 0 or self._M[n] <= self.write_cost + self._P[m][n]
+
+    def __repr__(self) -> str:
+        return (
+            f"TwoLevel(steps={self.steps}, snapshots={self.snapshots}, "
+            f"disk_snapshots={self.disk_snapshots}, write_cost={self.write_cost!r}, "
+            f"read_cost={self.read_cost!r})"
+        )
+
+    def __iter__(self) -> Iterator[Action]:
+        d, split = self.disk_snapshots, self._split
+
+        def expand(task):
+            kind, a, n, m = task
+            slot = d - m
+            if kind == "free":  # x_a current, not stored, m disk slots free
+                if self._on_memory(n, m):
+                    return [("memory", a, n)]
+                return [Snapshot(a, slot, DISK), ("disk", a, n, m)]
+            j = split[m][n]  # "disk": x_a current and in disk slot d - m
+            if j == 0:
+                return [Free(slot, DISK), ("memory", a, n)]
+            return [
+                Advance(a, a + j),
+                ("free", a + j, n - j, m - 1),
+                Restore(a, slot, DISK),
+                ("disk", a, j, m),
+            ]
+
+        return _Generator(self.steps, self.snapshots).run(expand, ("free", 0, self.steps, d))
