@@ -76,7 +76,7 @@ practice (tens to a few hundred), and the tables cost O(n * d) numbers.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left
 from collections.abc import Iterator
 from numbers import Real
 
@@ -129,8 +129,6 @@ class _Tables:
     def __init__(self, n_max: int, s: int, write_cost, read_cost) -> None:
         self.n_max, self.s, self.wc, self.rc = n_max, s, write_cost, read_cost
         self.M = _memory_table(n_max, s)
-        # increments of M (non-decreasing); index 0 is a sentinel for bisect
-        self.dM = [-INF] + [self.M[r + 1] - self.M[r] for r in range(1, n_max)]
 
     def _level(self, right: list | None) -> tuple[list, list]:
         """``P(., m)`` given ``right = P(., m - 1)`` (None for ``m = 1``), with its splits.
@@ -139,33 +137,49 @@ class _Tables:
         where ``A(j) = j + rc + P(j)``: the right part ``T(n - j, m - 1)`` is
         ``min(M, wc + right)``, so it splits into a convex part and the rest.
         """
-        n_max, M, dM, s, rc = self.n_max, self.M, self.dM, self.s, self.rc
+        n_max, M, s, rc = self.n_max, self.M, self.s, self.rc
         wc = self.wc
         P, A, split = [0, 0], [INF, 1 + rc], [0, 0]
-        starts, reach = [1], []  # pieces of A: first index, and M's reach at its slope
+        starts = [1]  # pieces of A: the first index of each
+        # Right part in memory: M is convex, so of two split points the later
+        # one, once at least as good, stays so as n grows (the cost matrix is
+        # Monge).  `queue` keeps each useful split with the first n it wins.
+        queue, head = [], 0
         right_breaks = [] if right is None else _breakpoints(right, n_max + 1)
         for n in range(2, n_max + 1):
             best, arg = M[n], 0
             last = n - 1
-            # right part in memory: A linear on each piece, M convex
             if s == 0:
                 value = A[last]  # only a one-step right part needs no slot
                 if value < best:
                     best, arg = value, last
             else:
-                if len(reach) < len(starts) and starts[-1] < last:
-                    start = starts[-1]  # the newest piece's slope is known now
-                    reach.append(bisect_right(dM, A[start + 1] - A[start], 1) - 1)
-                for k, start in enumerate(starts):
-                    if k == len(reach):  # a piece of one point
-                        j = start
-                    else:
-                        stop = starts[k + 1] if k + 1 < len(starts) else last
-                        j = last - reach[k]
-                        j = start if j < start else stop if j > stop else j
-                    value = A[j] + M[n - j]
-                    if value < best:
-                        best, arg = value, j
+                j, a = last, A[last]  # the newest split point, usable from n on
+                while len(queue) > head:
+                    k, first = queue[-1]
+                    if first < n:
+                        first = n
+                    if a + M[first - j] <= A[k] + M[first - k]:
+                        queue.pop()  # j is at least as good wherever k is still kept
+                        continue
+                    lo, hi = first + 1, n_max + 1  # first n where j catches up with k
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        if a + M[mid - j] <= A[k] + M[mid - k]:
+                            hi = mid
+                        else:
+                            lo = mid + 1
+                    if lo <= n_max:
+                        queue.append((j, lo))
+                    break
+                else:
+                    queue.append((j, n))
+                while head + 1 < len(queue) and queue[head + 1][1] <= n:
+                    head += 1
+                j = queue[head][0]
+                value = A[j] + M[n - j]
+                if value < best:
+                    best, arg = value, j
             # right part on disk: both terms piecewise linear, try the breakpoints
             if right is not None:
                 for j in (1, last):
@@ -209,25 +223,43 @@ class _Tables:
         return Ps, splits
 
     def unbounded(self) -> tuple[list, list, list, list]:
-        """Disk-Revolve: ``D1``, its splits, ``Dinf`` and its splits."""
+        """Disk-Revolve: ``D1``, its splits, ``Dinf`` and its splits.
+
+        ``Dinf(n)`` is the cheapest way to cut the chain into disk segments of
+        lengths ``j_1, j_2, ...`` (each costs ``C(j) = wc + j + rc + D1(j)``,
+        whatever its position) followed by one memory-only part.  A segment
+        that costs at least as much as two shorter ones is never needed, so
+        only lengths up to the longest one that is not so dominated are
+        tried (checked against the split at the best cost per step and at
+        the middle; a length not proven dominated stays a candidate).
+        """
         n_max, M, wc, rc = self.n_max, self.M, self.wc, self.rc
         D1, split1 = self._level(None)
         C = [INF] + [wc + j + rc + D1[j] for j in range(1, n_max + 1)]
-        c_breaks = _breakpoints(C, n_max + 1)
+        cheapest = min(range(1, n_max + 1), key=lambda j: C[j] / j)
+        longest = 1
+        for j in range(2, n_max + 1):
+            if not any(
+                0 < a < j and C[a] + C[j - a] <= C[j] for a in (cheapest, j - cheapest, j // 2)
+            ):
+                longest = j
+        c_breaks = [b for b in _breakpoints(C, n_max + 1) if b < longest]
         D, split, d_breaks = [0, 0], [0, 0], []
         for n in range(2, n_max + 1):
             best, arg = M[n], 0
-            for j in (1, n - 1):
+            top = min(longest, n - 1)  # segments of 1 .. top steps
+            for j in (1, top):
                 value = C[j] + D[n - j]
                 if value < best:
                     best, arg = value, j
             for j in c_breaks:
-                if j > n - 2:
+                if j >= top:
                     break
                 value = C[j] + D[n - j]
                 if value < best:
                     best, arg = value, j
-            for b in d_breaks:
+            for index in range(bisect_left(d_breaks, n - top + 1), len(d_breaks)):
+                b = d_breaks[index]
                 value = C[n - b] + D[b]
                 if value < best:
                     best, arg = value, n - b
