@@ -12,6 +12,10 @@ from a separate, untimed pass, as does remat's peak memory while iterating
     python -m benchmarks.bench_schedules            # full run (about 1-2 min)
     python -m benchmarks.bench_schedules --quick    # tiny sizes, a smoke test
 
+A second table times the memory + disk plans (DiskRevolve, TwoLevel) at
+n = 10**4 and 10**5: the cost tables (the plan), then iterating the actions,
+with the optimal cost next to the one simulate counts.
+
 Peers: pip install checkpoint-schedules pyrevolve
 """
 
@@ -22,7 +26,57 @@ import statistics
 import time
 import tracemalloc
 
-from remat.schedules import Advance, Revolve, Tape, optimal_forward_steps
+from remat.schedules import (
+    DISK,
+    Advance,
+    DiskRevolve,
+    Revolve,
+    Tape,
+    TwoLevel,
+    optimal_forward_steps,
+    simulate,
+)
+
+DISK_CASES = (  # (class, arguments after steps)
+    (DiskRevolve, (10, 2, 2)),
+    (DiskRevolve, (1, 2, 2)),
+    (TwoLevel, (10, 5, 2, 2)),
+    (TwoLevel, (2, 2, 2, 2)),
+    (TwoLevel, (30, 3, 0.5, 1.5)),
+)
+
+
+def disk_rows(sizes):
+    """Plan and iteration seconds of the memory + disk schedules (one run each)."""
+    rows = []
+    for n in sizes:
+        for cls, args in DISK_CASES:
+            start = time.perf_counter()
+            schedule = cls(n, *args)
+            plan = time.perf_counter() - start
+            start = time.perf_counter()
+            for _ in schedule:
+                pass
+            iterate = time.perf_counter() - start
+            sim = simulate(schedule)
+            counted = (
+                sim.advances
+                + schedule.write_cost * sim.writes[DISK]
+                + schedule.read_cost * sim.reads[DISK]
+            )
+            rows.append(
+                (
+                    n,
+                    repr(schedule).replace(f"steps={n}, ", ""),
+                    f"{plan:.2f}",
+                    f"{iterate:.2f}",
+                    f"{schedule.cost:.12g} / {counted:.12g}",
+                    sim.forward_steps,
+                    f"{sim.writes[DISK]} / {sim.reads[DISK]}",
+                    sim.peak_disk_snapshots,
+                )
+            )
+    return rows
 
 
 def remat_run(n: int, s: int) -> None:
@@ -153,6 +207,16 @@ def run(quick=False, repeats=3, pyrevolve_max=10**5):
         "forward steps remat / c_s / pyrevolve / T(n,s)",
         "remat peak KiB",
     ]
+    disk_headers = [
+        "n",
+        "schedule",
+        "plan s",
+        "iterate s",
+        "optimal cost / simulated",
+        "forward steps",
+        "disk writes / reads",
+        "disk slots used",
+    ]
     return "\n".join(
         [
             "## Schedule generation (`python -m benchmarks schedules`)",
@@ -163,6 +227,12 @@ def run(quick=False, repeats=3, pyrevolve_max=10**5):
             "repeat at n = 10**6).",
             "",
             table(headers, rows),
+            "",
+            "Memory + disk plans: seconds to build the cost tables (plan) and to iterate "
+            "the actions, one run each; cost = advances + write_cost * disk writes + "
+            "read_cost * disk reads.",
+            "",
+            table(disk_headers, disk_rows((100, 1000) if quick else (10**4, 10**5))),
             "",
         ]
     )
