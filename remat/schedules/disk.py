@@ -13,11 +13,12 @@ restores are free.  Two optimal schedules:
 
 The cost model (the papers')
 ----------------------------
-A forward step costs ``uf = 1``; a taped step and its reversal cost
-``ub = 0`` beyond that; a disk write costs ``write_cost``, a disk read
-``read_cost``; memory operations are free.  Every schedule here tapes each
-step exactly once, right before reversing it, so the cost of a schedule is
-its *extra* cost,
+A step evaluated without taping costs ``uf = 1``; taping a step and
+reversing it costs ``ub = 0`` (every schedule tapes and reverses each step
+exactly once, right before its reversal, so ``ub`` would add the same
+``n * ub`` to all of them); a disk write costs ``write_cost``, a disk read
+``read_cost``; memory snapshots and restores are free.  The cost of a
+schedule is therefore its *extra* cost,
 
     cost = advances + write_cost * writes["disk"] + read_cost * reads["disk"],
 
@@ -27,8 +28,10 @@ return the optimum, which the schedules reach exactly.
 
 remat's conventions against the papers'
 ---------------------------------------
-* The papers' chain of length ``l`` has ``l + 1`` steps (``F_0 .. F_l``; the
-  last one is taped directly), so remat's ``steps = n`` is their ``l = n - 1``.
+* The papers' chain of length ``l`` has ``l + 1`` steps (their ``l`` leaves
+  out the last step, which is taped directly: their memory-only cost with
+  one slot, ``l (l + 1) / 2``, is remat's ``E(l + 1, 1)``), so remat's
+  ``steps = n`` is their ``l = n - 1``.
 * ``snapshots`` is the papers' ``c_m`` unchanged: the memory slots, the one
   that holds ``x_0`` included *if* ``x_0`` lives in memory.  ``x_0`` starts
   current and stored nowhere; the optimal schedule stores it either in
@@ -79,9 +82,16 @@ without trying every ``j``:
   their position) are tried only up to the longest one that two shorter
   ones do not beat: a dozen steps to a few hundred.
 
-Plan times (``python -m benchmarks schedules``): at ``n = 10**4`` under 0.3 s;
-at ``n = 10**5`` about 0.3 s for DiskRevolve and 1.5 to 10 s for TwoLevel with
-a few disk slots.  The tables hold O(n * disk_snapshots) numbers (a level
+Plan times (``python -m benchmarks schedules``, one core): at ``n = 10**4``
+0.03 s for DiskRevolve and 0.05 to 0.2 s for TwoLevel with 2 to 5 disk
+slots; at ``n = 10**5`` 0.3 s and 0.7 to 4 s.  Iterating the actions adds
+about 0.15 s per 10**5 steps; the generator keeps an explicit stack, so no
+depth of disk segments can overflow Python's recursion limit.
+
+Checks: the tests compare both schedules with an exhaustive search over all
+executor moves (n <= 7) and with the plain O(n^2 d) recurrence; the
+benchmark finds the same optima as checkpoint_schedules' HRevolve and
+DiskRevolve.  The tables hold O(n * disk_snapshots) numbers (a level
 equal to the one below ends the table: more disk slots would not be used).
 """
 
