@@ -333,3 +333,22 @@ def test_repr_and_disk_only_memory():
     # no memory slot at all: every stored state is on disk
     result = simulate(TwoLevel(6, 0, 2, 1, 1))
     assert result.peak_snapshots == 0 and result.writes[MEMORY] == 0
+
+
+# --- the peer, when installed ------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 11, 21, 40])
+def test_same_optima_as_checkpoint_schedules(n):
+    peer = pytest.importorskip("checkpoint_schedules")
+    from benchmarks.bench_schedules import peer_disk_cost
+
+    for ram in (1, 2, 3):
+        for wd, rd in ((2, 2), (1, 3), (0.5, 0.5)):
+            # ub = 1, its default: the same optimal schedule as ub = 0 (every
+            # step is taped once); its HRevolve misbehaves with ub = 0
+            theirs = peer.DiskRevolve(n, ram, uf=1, ub=1, wd=wd, rd=rd)
+            assert disk_revolve_cost(n, ram, wd, rd) == peer_disk_cost(theirs, n, wd, rd)
+            for disk in (1, 2, 3):
+                theirs = peer.HRevolve(n, ram, disk, uf=1, ub=1, wd=wd, rd=rd)
+                assert two_level_cost(n, ram, disk, wd, rd) == peer_disk_cost(theirs, n, wd, rd)
