@@ -12,6 +12,12 @@ from a separate, untimed pass, as does remat's peak memory while iterating
     python -m benchmarks.bench_schedules            # full run (about 1-2 min)
     python -m benchmarks.bench_schedules --quick    # tiny sizes, a smoke test
 
+A second table times the memory + disk plans (DiskRevolve, TwoLevel) at
+n = 10**4 and 10**5: the cost tables (the plan), then iterating the actions,
+with the optimal cost next to the one simulate counts, and a third compares
+their costs and times with checkpoint_schedules' HRevolve and DiskRevolve
+on the same (n, ram, disk) cases at n = 1000 and 3000 (its plans grow as n**2).
+
 Peers: pip install checkpoint-schedules pyrevolve
 """
 
@@ -22,7 +28,121 @@ import statistics
 import time
 import tracemalloc
 
-from remat.schedules import Advance, Revolve, Tape, optimal_forward_steps
+from remat.schedules import (
+    DISK,
+    Advance,
+    DiskRevolve,
+    Revolve,
+    Tape,
+    TwoLevel,
+    optimal_forward_steps,
+    simulate,
+)
+
+DISK_CASES = (  # (class, arguments after steps)
+    (DiskRevolve, (10, 2, 2)),
+    (DiskRevolve, (1, 2, 2)),
+    (TwoLevel, (10, 5, 2, 2)),
+    (TwoLevel, (2, 2, 2, 2)),
+    (TwoLevel, (30, 3, 0.5, 1.5)),
+)
+
+
+def peer_disk_cost(schedule, n, wd, rd):
+    """advances + wd * disk writes + rd * disk reads of a checkpoint_schedules schedule."""
+    from checkpoint_schedules import StorageType
+
+    advances = writes = reads = 0
+    for action in schedule:
+        kind = type(action).__name__
+        if kind == "Forward":
+            advances += action.n1 - action.n0
+            writes += action.write_ics and action.storage == StorageType.DISK
+        elif kind in ("Copy", "Move"):
+            reads += action.from_storage == StorageType.DISK
+            writes += action.to_storage == StorageType.DISK
+        elif kind == "EndReverse":
+            break
+    return advances - n + wd * writes + rd * reads  # its n taped steps are not extra
+
+
+def disk_peer_rows(sizes):
+    """Costs and seconds (plan + iterate) against checkpoint_schedules, or why not."""
+    try:
+        import checkpoint_schedules as peer
+    except ImportError as error:
+        skip("checkpoint_schedules", f"{type(error).__name__}: {error}")
+        return []
+    rows = []
+    for n in sizes:
+        for ram, disk in ((1, None), (10, None), (2, 2), (10, 5)):
+            wd = rd = 2
+            start = time.perf_counter()
+            if disk is None:
+                ours = DiskRevolve(n, ram, wd, rd)
+            else:
+                ours = TwoLevel(n, ram, disk, wd, rd)
+            for _ in ours:
+                pass
+            ours_s = time.perf_counter() - start
+            start = time.perf_counter()
+            # ub = 1 (its default): every step is taped once either way, so the
+            # optimal schedule is the same; with ub = 0 its HRevolve degenerates
+            try:
+                if disk is None:
+                    theirs = peer.DiskRevolve(n, ram, uf=1, ub=1, wd=wd, rd=rd)
+                else:
+                    theirs = peer.HRevolve(n, ram, disk, uf=1, ub=1, wd=wd, rd=rd)
+                cost = f"{peer_disk_cost(theirs, n, wd, rd):.12g}"
+            except Exception as error:  # its planner recurses once per disk segment
+                cost = f"failed ({type(error).__name__})"
+            theirs_s = time.perf_counter() - start
+            failed = cost.startswith("failed")
+            rows.append(
+                (
+                    n,
+                    ram,
+                    "unbounded" if disk is None else disk,
+                    f"{ours.cost:.12g} / {cost}",
+                    f"{ours_s:.3f}",
+                    "-" if failed else f"{theirs_s:.3f}",
+                    "-" if failed else f"{theirs_s / ours_s:.0f}x",
+                )
+            )
+    return rows
+
+
+def disk_rows(sizes):
+    """Plan and iteration seconds of the memory + disk schedules (one run each)."""
+    rows = []
+    for n in sizes:
+        for cls, args in DISK_CASES:
+            start = time.perf_counter()
+            schedule = cls(n, *args)
+            plan = time.perf_counter() - start
+            start = time.perf_counter()
+            for _ in schedule:
+                pass
+            iterate = time.perf_counter() - start
+            sim = simulate(schedule)
+            counted = (
+                sim.advances
+                + schedule.write_cost * sim.writes[DISK]
+                + schedule.read_cost * sim.reads[DISK]
+            )
+            rows.append(
+                (
+                    n,
+                    repr(schedule).replace(f"steps={n}, ", ""),
+                    f"{plan:.2f}",
+                    f"{iterate:.2f}",
+                    f"{schedule.cost:.12g} / {counted:.12g}",
+                    sim.forward_steps,
+                    f"{sim.writes[DISK]} / {sim.reads[DISK]}",
+                    sim.peak_disk_snapshots,
+                )
+            )
+    return rows
 
 
 def remat_run(n: int, s: int) -> None:
@@ -153,6 +273,16 @@ def run(quick=False, repeats=3, pyrevolve_max=10**5):
         "forward steps remat / c_s / pyrevolve / T(n,s)",
         "remat peak KiB",
     ]
+    disk_headers = [
+        "n",
+        "schedule",
+        "plan s",
+        "iterate s",
+        "optimal cost / simulated",
+        "forward steps",
+        "disk writes / reads",
+        "disk slots used",
+    ]
     return "\n".join(
         [
             "## Schedule generation (`python -m benchmarks schedules`)",
@@ -163,6 +293,29 @@ def run(quick=False, repeats=3, pyrevolve_max=10**5):
             "repeat at n = 10**6).",
             "",
             table(headers, rows),
+            "",
+            "Memory + disk plans: seconds to build the cost tables (plan) and to iterate "
+            "the actions, one run each; cost = advances + write_cost * disk writes + "
+            "read_cost * disk reads.",
+            "",
+            table(disk_headers, disk_rows((100, 1000) if quick else (10**4, 10**5))),
+            "",
+            "Against checkpoint_schedules (DiskRevolve when the disk is unbounded, HRevolve "
+            "otherwise; write = read = 2): the optimal cost from both, and seconds to plan "
+            "and iterate the whole schedule, one run each.",
+            "",
+            table(
+                [
+                    "n",
+                    "ram",
+                    "disk",
+                    "cost remat / checkpoint_schedules",
+                    "remat s",
+                    "checkpoint_schedules s",
+                    "speed-up",
+                ],
+                disk_peer_rows((21, 100) if quick else (1000, 3000)),
+            ),
             "",
         ]
     )

@@ -2,7 +2,8 @@
 
 * :func:`schedule_diagram` - the classic picture of a checkpointing schedule:
   step index against time (counted in step evaluations), with advances,
-  taped steps, reversals, snapshots and restores drawn differently.
+  taped steps, reversals, snapshots and restores drawn differently, and
+  disk snapshots and restores (``level="disk"``) in colours of their own.
 * :func:`memory_timeline` - bytes held by a real run of ``tape.loop`` over
   its step evaluations (``rm.Tape(..., trace=True)`` records them).
 * :func:`budget_curve` - forward steps and memory against the snapshot budget,
@@ -45,7 +46,8 @@ def trace_schedule(schedule, steps=None):
     """The schedule as drawable segments: a list of (kind, time0, time1, pos0, pos1).
 
     ``time`` counts step evaluations and reversals, one unit each; ``kind`` is
-    advance, tape, reverse, snapshot or restore.  Online schedules need ``steps``.
+    advance, tape, reverse, snapshot, restore, disk snapshot or disk restore.
+    Online schedules need ``steps``.
     """
     actions = iter(schedule)
     online = hasattr(actions, "finish")
@@ -65,6 +67,8 @@ def trace_schedule(schedule, steps=None):
             segments.append((kind, time, time + width, action.stop, action.start))
             time += width
         elif isinstance(action, (S.Snapshot, S.Restore)):
+            if action.level == S.DISK:
+                kind = f"disk {kind}"
             segments.append((kind, time, time, action.step, action.step))
         elif isinstance(action, S.End):
             break
@@ -77,6 +81,14 @@ STYLE = {
     "reverse": dict(color="tab:red", lw=3),
     "snapshot": dict(color="black", marker="s", ms=5, ls="none"),
     "restore": dict(color="tab:orange", marker="o", ms=4, ls="none"),
+    # disk markers: larger, hollow and on top, so that a memory snapshot taken
+    # right after a disk restore (same time, same step) shows through
+    "disk snapshot": dict(
+        color="tab:purple", marker="D", ms=9, mfc="none", mew=1.6, ls="none", zorder=4
+    ),
+    "disk restore": dict(
+        color="tab:purple", marker="v", ms=10, mfc="none", mew=1.6, ls="none", zorder=4
+    ),
 }
 
 
@@ -94,10 +106,14 @@ def schedule_diagram(schedule, steps=None, ax=None, title=None):
     ax.set_xlabel("time (step evaluations and reversals)")
     ax.set_ylabel("step index")
     ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_title(
-        title
-        or f"{schedule!r}: {sim.forward_steps} evaluations, {sim.peak_snapshots} snapshots at most"
-    )
+    disk = sim.writes[S.DISK] + sim.reads[S.DISK]
+    counts = f"{sim.forward_steps} evaluations, {sim.peak_snapshots} snapshots at most"
+    if disk:  # a second line: the disk I/O
+        counts = (
+            f"{counts}\n{sim.peak_disk_snapshots} disk slots at most, "
+            f"{sim.writes[S.DISK]} disk writes, {sim.reads[S.DISK]} disk reads"
+        )
+    ax.set_title(title or f"{schedule!r}: {counts}", fontsize=9 if disk else None)
     ax.legend(loc="upper left", fontsize=8, frameon=False)
     return fig
 

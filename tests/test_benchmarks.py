@@ -13,7 +13,7 @@ import benchmarks.__main__ as runner
 
 HEADERS = {
     "core": ["| contender | us per op (fwd+bwd) |"],
-    "schedules": ["| n | s | remat s |"],
+    "schedules": ["| n | s | remat s |", "| n | schedule | plan s | iterate s |"],
     "loop": [
         "| s | forward_steps | predicted ratio (forward steps) | refined prediction |",
         "| contender | s (fwd+bwd) | time ratio | forward_steps |",

@@ -27,6 +27,22 @@ def test_schedule_diagram_renders(tmp_path, schedule, steps):
     assert (tmp_path / "d.png").stat().st_size > 1000
 
 
+def test_schedule_diagram_draws_the_disk_level(tmp_path):
+    schedule = S.TwoLevel(30, 2, 2, 1, 1)
+    sim = S.simulate(schedule)
+    segments = plot.trace_schedule(schedule)
+    kinds = [segment[0] for segment in segments]
+    assert kinds.count("disk snapshot") == sim.writes[S.DISK] > 0
+    assert kinds.count("disk restore") == sim.reads[S.DISK] > 0
+    assert kinds.count("snapshot") == sim.writes[S.MEMORY]
+    fig = plot.schedule_diagram(schedule)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "disk snapshot" in labels and "disk restore" in labels and "snapshot" in labels
+    assert "disk writes" in fig.axes[0].get_title()
+    fig.savefig(tmp_path / "disk.png")
+    assert (tmp_path / "disk.png").stat().st_size > 1000
+
+
 def test_memory_timeline_needs_a_traced_tape(tmp_path):
     workload = make_workload("ode", steps=20)
     tape = rm.Tape(snapshots=3, trace=True)

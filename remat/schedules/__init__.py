@@ -10,6 +10,10 @@ executor carries out.  Pure Python: no array library is imported here.
 * :class:`Revolve` - optimal binomial checkpointing (Griewank and Walther):
   ``T(n, s) = n + r*n - C(s + r, s + 1)`` evaluations with ``s`` slots.
 * :class:`Online` - for loops whose length is unknown until they end.
+* :class:`DiskRevolve`, :class:`TwoLevel` - memory slots plus disk slots
+  (``level="disk"``, :data:`DISK`) that cost ``write_cost`` / ``read_cost``
+  (Aupy et al. 2016; Herrmann and Pallez 2020), with their optimal costs
+  :func:`disk_revolve_cost` and :func:`two_level_cost` (:mod:`.disk`).
 
 :func:`simulate` checks a schedule and counts its cost; :mod:`.binomial` holds
 the formulas (:func:`beta`, :func:`repetition_number`,
@@ -17,6 +21,7 @@ the formulas (:func:`beta`, :func:`repetition_number`,
 """
 
 from .actions import (
+    DISK,
     MEMORY,
     Action,
     Advance,
@@ -31,17 +36,20 @@ from .actions import (
 )
 from .binomial import beta, optimal_forward_steps, repetition_number
 from .catalog import SCHEDULE_NAMES, make_schedule
+from .disk import DiskRevolve, TwoLevel, disk_revolve_cost, two_level_cost
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
 from .revolve import Revolve
 from .simulate import ScheduleError, Simulation, simulate
 
 __all__ = [
+    "DISK",
     "MEMORY",
     "SCHEDULE_NAMES",
     "Action",
     "Advance",
     "Discard",
+    "DiskRevolve",
     "End",
     "EndForward",
     "Free",
@@ -56,9 +64,12 @@ __all__ = [
     "Sqrt",
     "StoreAll",
     "Tape",
+    "TwoLevel",
     "beta",
+    "disk_revolve_cost",
     "make_schedule",
     "optimal_forward_steps",
     "repetition_number",
     "simulate",
+    "two_level_cost",
 ]

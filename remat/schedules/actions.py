@@ -14,7 +14,8 @@ Evaluation and reversal:
 * ``Discard(start, stop)``  drop tapes without reversing them.
 
 Storage (``slot`` is an index below the schedule's budget; ``level`` says
-where the slot lives, and :data:`MEMORY` is the only level for now):
+where the slot lives: :data:`MEMORY`, the default, or :data:`DISK`, whose
+slots are counted by the schedule's ``disk_snapshots``):
 
 * ``Snapshot(step, slot)``  store the current state, which must be ``x_step``.
 * ``Restore(step, slot)``   make the stored ``x_step`` current; the slot keeps it.
@@ -39,6 +40,9 @@ from operator import itemgetter
 
 MEMORY = "memory"
 """Storage level of a slot held in the memory of the running process."""
+
+DISK = "disk"
+"""Storage level of a slot held in a file: writing and reading it costs time."""
 
 
 def _field(index: int, doc: str) -> property:

@@ -7,13 +7,19 @@ rule with a :class:`ScheduleError` naming the action, its index, the rule and
 what was expected.  The counts it returns are the schedule's cost model:
 ``forward_steps`` counts every evaluation of a step, taped or not (a store-all
 schedule has ``forward_steps == n``; Revolve reaches ``T(n, s)``).
+
+Two storage levels: memory slots are bounded by ``schedule.snapshots``; a
+schedule that has a ``disk_snapshots`` attribute may also use
+``level="disk"`` slots, at most that many (``None``: unbounded).  ``writes``
+and ``reads`` count Snapshots and Restores by level.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .actions import (
+    DISK,
     MEMORY,
     Advance,
     Discard,
@@ -37,7 +43,10 @@ class Simulation:
     """What a schedule costs.
 
     ``forward_steps = advances + taped_steps``; ``peak_snapshots`` is the most
-    slots in use at once and ``peak_tapes`` the most taped steps alive at once.
+    memory slots in use at once and ``peak_tapes`` the most taped steps alive at
+    once.  ``writes`` and ``reads`` map each storage level to its Snapshots and
+    Restores (``{"memory": ..., "disk": ...}``); ``peak_disk_snapshots`` is the
+    most disk slots in use at once.
     """
 
     steps: int
@@ -48,6 +57,9 @@ class Simulation:
     peak_snapshots: int
     peak_tapes: int
     actions: int
+    writes: dict = field(default_factory=lambda: {MEMORY: 0, DISK: 0})
+    reads: dict = field(default_factory=lambda: {MEMORY: 0, DISK: 0})
+    peak_disk_snapshots: int = 0
 
 
 def simulate(schedule, steps: int | None = None) -> Simulation:
@@ -75,6 +87,8 @@ def simulate(schedule, steps: int | None = None) -> Simulation:
         if steps is not None and steps != n:
             raise ValueError(f"simulate: steps={steps!r} contradicts {schedule!r} (steps={n})")
     run = _Run(n, schedule.snapshots)
+    if hasattr(schedule, "disk_snapshots"):
+        run.budgets[DISK] = schedule.disk_snapshots
     actions = iter(schedule)
     finish = getattr(actions, "finish", None)
     index = -1
@@ -99,6 +113,9 @@ def simulate(schedule, steps: int | None = None) -> Simulation:
         peak_snapshots=run.peak_snapshots,
         peak_tapes=run.peak_tapes,
         actions=index + 1,
+        writes=dict(run.writes),
+        reads=dict(run.reads),
+        peak_disk_snapshots=run.peak_disk,
     )
 
 
@@ -119,7 +136,12 @@ class _Run:
         self.budget = budget
         self.current: int | None = 0
         self.taped: set[int] = set()
-        self.slots: dict[int, int] = {}  # slot -> stored position
+        self.slots: dict[int, int] = {}  # memory slot -> stored position
+        self.disk: dict[int, int] = {}  # disk slot -> stored position
+        self.budgets: dict[str, int | None] = {MEMORY: budget}  # None: unbounded
+        self.writes = {MEMORY: 0, DISK: 0}
+        self.reads = {MEMORY: 0, DISK: 0}
+        self.peak_disk = 0
         self.next_reverse = n - 1
         self.forward_over = False
         self.ended = False
@@ -139,15 +161,16 @@ class _Run:
             self._reverse(index, action)
         elif kind is Restore:
             step, slot, level = action
-            self._check_slot(index, action, slot, level)
-            if self.slots.get(slot) != step:
-                held = self.slots.get(slot)
+            slots = self._check_slot(index, action, slot, level)
+            if slots.get(slot) != step:
+                held = slots.get(slot)
                 what = "is empty" if held is None else f"holds x_{held}"
                 self.fail(index, action, f"slot {slot} {what}", f"Restore needs x_{step}")
             self.current = step
+            self.reads[level] += 1
         elif kind is Snapshot:
             step, slot, level = action
-            self._check_slot(index, action, slot, level)
+            slots = self._check_slot(index, action, slot, level)
             if self.current != step:
                 self.fail(
                     index,
@@ -155,14 +178,16 @@ class _Run:
                     f"the current state is {self._where()}",
                     f"a Snapshot stores the current state, which must be x_{step}",
                 )
-            self.slots[slot] = step
+            slots[slot] = step
+            self.writes[level] += 1
             self.peak_snapshots = max(self.peak_snapshots, len(self.slots))
+            self.peak_disk = max(self.peak_disk, len(self.disk))
         elif kind is Free:
             slot, level = action
-            self._check_slot(index, action, slot, level)
-            if slot not in self.slots:
+            slots = self._check_slot(index, action, slot, level)
+            if slot not in slots:
                 self.fail(index, action, f"slot {slot} is empty", "only a slot in use can be freed")
-            del self.slots[slot]
+            del slots[slot]
         elif kind is Discard:
             start, stop = action
             self._check_range(index, action, start, stop)
@@ -199,18 +224,27 @@ class _Run:
                 f"steps run from 0 to {self.n - 1}",
             )
 
-    def _check_slot(self, index: int, action, slot: int, level: str) -> None:
-        if level != MEMORY:
+    def _check_slot(self, index: int, action, slot: int, level: str) -> dict[int, int]:
+        """Check ``slot`` against its level's budget; return that level's slots."""
+        if level not in self.budgets:
             self.fail(
-                index, action, f"unknown storage level {level!r}", f"the only level is {MEMORY!r}"
+                index,
+                action,
+                f"unknown storage level {level!r}",
+                f"this schedule's levels are {', '.join(map(repr, self.budgets))} "
+                "('disk' needs a disk_snapshots attribute)",
             )
-        if not 0 <= slot < self.budget:
+        budget = self.budgets[level]
+        if slot < 0 or (budget is not None and slot >= budget):
             self.fail(
                 index,
                 action,
                 f"slot {slot} is outside the budget",
-                f"slots run from 0 to {self.budget - 1} (budget {self.budget})",
+                f"{level} slots run from 0 to {budget - 1} (budget {budget})"
+                if budget is not None
+                else f"{level} slots are numbered from 0",
             )
+        return self.slots if level == MEMORY else self.disk
 
     def _evaluate(self, index: int, action, taped: bool) -> None:
         start, stop = action
@@ -296,12 +330,13 @@ class _Run:
                 f"steps {self.next_reverse} down to 0 are not reversed",
                 "End() comes after every step is reversed",
             )
-        if self.taped or self.slots:
+        if self.taped or self.slots or self.disk:
+            disk = f", disk slots {_describe(self.disk)}" if self.disk else ""
             self.fail(
                 index,
                 action,
                 f"still held: tapes of steps {_describe(self.taped)}, "
-                f"slots {_describe(self.slots)}",
+                f"slots {_describe(self.slots)}{disk}",
                 "release everything before End()",
             )
         self.ended = True
