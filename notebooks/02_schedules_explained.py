@@ -311,3 +311,65 @@ plt.show()
 # %% [markdown]
 # Not knowing `n` costs a few percent of recomputation on this grid, and no extra
 # memory: the budget is the same `s` slots plus one step tape.
+
+# %% [markdown]
+# ## Beyond one step function: chains and scans
+#
+# A schedule only sees a chain of `n` steps, so it serves programs that are not one
+# loop just as well. `tape.chain(layers, x)` reverses a network whose layers differ
+# (here the widths change from layer to layer), and `tape.scan(cell, h0, xs)` an RNN
+# that reads one input and gives one output per step, as `jax.lax.scan`. Under
+# `rm.Tape(snapshots=4)` both are revolve: the same `T(n, 4)` step evaluations as a
+# loop, and gradients bit for bit those of storing everything.
+
+# %%
+r = np.random.default_rng(0)
+WIDTHS = [8, 32, 4, 16, 64, 8, 24, 12, 40, 6, 16, 8, 32, 4, 20, 10, 8]
+weights = [rm.tensor(r.standard_normal((a, b)) / a**0.5, requires_grad=True)
+           for a, b in zip(WIDTHS, WIDTHS[1:])]
+layers = [lambda h, w=w: rm.tanh(h @ w) for w in weights]
+x = rm.tensor(r.standard_normal((5, WIDTHS[0])))
+
+
+def chain_gradients(tape):
+    for w in weights:
+        w.grad = None
+    out = tape.chain(layers, x)
+    (out * out).sum().backward()
+    return [w.grad for w in weights], tape.stats
+
+
+reference, _ = chain_gradients(rm.Tape())
+budgeted, stats = chain_gradients(rm.Tape(snapshots=4))
+n = len(layers)
+assert all(np.array_equal(a, b) for a, b in zip(reference, budgeted))
+assert stats.forward_steps == schedules.optimal_forward_steps(n, 4)
+print(f"chain of {n} layers, widths {WIDTHS[:6]}...: {stats}")
+
+# %%
+T, B, V, H = 60, 4, 12, 16
+xs = rm.tensor(np.eye(V)[r.integers(0, V, size=(T, B))])  # one-hot inputs, (T, B, V)
+wx = rm.tensor(r.standard_normal((V, H)) / V**0.5, requires_grad=True)
+wh = rm.tensor(r.standard_normal((H, H)) / H**0.5, requires_grad=True)
+wy = rm.tensor(r.standard_normal((H, V)) / H**0.5, requires_grad=True)
+
+
+def cell(h, x_t):
+    h = rm.tanh(x_t @ wx + h @ wh)
+    return h, rm.log_softmax(h @ wy)  # new carry, and this step's output
+
+
+def scan_gradients(tape):
+    for p in (wx, wh, wy):
+        p.grad = None
+    h, logp = tape.scan(cell, rm.tensor(np.zeros((B, H))), xs)
+    loss = -(logp[:-1] * xs[1:]).sum() / ((T - 1) * B)  # predict the next character
+    loss.backward()
+    return [p.grad for p in (wx, wh, wy)], tape.stats
+
+
+reference, _ = scan_gradients(rm.Tape())
+budgeted, stats = scan_gradients(rm.Tape(snapshots=4))
+assert all(np.array_equal(a, b) for a, b in zip(reference, budgeted))
+assert stats.forward_steps == schedules.optimal_forward_steps(T, 4)
+print(f"RNN scanned over {T} characters: {stats}")
