@@ -9,7 +9,7 @@ array([0.        , 1.38177329, 0.07700375])
 This module only re-exports; see the submodules for the ideas.
 """
 
-from . import pytree, random, schedules
+from . import guard, pytree, random, schedules
 from .backend import DeviceError, cuda_available
 from .budget import Tape
 from .checkpoint import checkpoint

@@ -102,8 +102,22 @@ def asarray(data, dtype=None, device=None):
         device = device_of(data)
     module = np if check_device(device) == "cpu" else _cupy()
     if device == "cuda" or not _is_cupy(data):
-        return module.array(data, dtype=dtype, copy=True)
-    return np.array(data.get(), dtype=dtype, copy=True)
+        array = module.array(data, dtype=dtype, copy=True)
+    else:
+        array = np.array(data.get(), dtype=dtype, copy=True)
+    if array.dtype == object:
+        raise TypeError(
+            "remat takes arrays of numbers; this one has dtype object (it may hold Tensors, "
+            "whose gradients would be lost): use rm.stack([...]) for Tensors"
+        )
+    return array
+
+
+def read_only(array):
+    """A read-only view of a NumPy array (writing through it raises at once)."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def is_array(value) -> bool:

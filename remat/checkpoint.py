@@ -70,7 +70,8 @@ def checkpoint(f=None, policy=None):
             return f(*args, **kwargs)
         arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments")
         rng = backend.random_state()
-        token = STEP.set(StepValue(name))  # values f makes are f's own (remat.tape.EscapeError)
+        context = STEP.get()
+        token = STEP.set(StepValue(name, None, context))  # what f makes is f's own
         try:
             with no_grad():
                 out = f(*args, **kwargs)
@@ -80,7 +81,7 @@ def checkpoint(f=None, policy=None):
         if not out_arrays:
             raise TypeError(f"{name}: f must return Tensors (or a pytree of them), got {out!r}")
         tape = OPEN_TAPE.get()
-        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays))
+        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context)
         call.fingerprints = (
             fingerprint_all(out_arrays) if getattr(tape, "check_replay", True) else None
         )
@@ -93,9 +94,21 @@ def checkpoint(f=None, policy=None):
 class Call:
     """What a checkpointed call keeps: f, its inputs and the random state before it."""
 
-    __slots__ = ("f", "name", "tree", "arrays", "rng", "spec", "fingerprints", "checks", "seq")
+    __slots__ = (
+        "f",
+        "name",
+        "tree",
+        "arrays",
+        "rng",
+        "spec",
+        "context",
+        "fingerprints",
+        "checks",
+        "seq",
+    )
 
-    def __init__(self, f, name, tree, arrays, rng, spec):
+    def __init__(self, f, name, tree, arrays, rng, spec, context):
+        self.context = context  # the loop step the call ran inside, if any
         self.f, self.name, self.tree, self.arrays, self.rng, self.spec = (
             f,
             name,
@@ -120,16 +133,20 @@ class Call:
                 f"{self.arrays[k].shape}) was changed in place after the call (through .data, "
                 "np.asarray(t) or a view of them), so recomputing f would give wrong gradients"
             )
+        marker = StepValue(self.name, None, self.context)
         inputs = [
-            Tensor._wrap(a, bool(node) and backend.is_floating(a.dtype))
+            Tensor._stand_in(a)
+            if node and backend.is_floating(a.dtype)
+            else Tensor._from_record(a, marker)
             for a, node in zip(self.arrays, nodes)
         ]
+        input_nodes = [t.node for t in inputs]  # now: f may rebind its inputs (x *= 2)
         args, kwargs = unflatten(self.tree, inputs)
         rng = backend.random_state()
         backend.set_random_state(self.rng)
-        token = STEP.set(StepValue(self.name))
+        token = STEP.set(marker)
         try:
-            out, floor, records = tape_call(lambda: self.f(*args, **kwargs))
+            out, floor, stop, records = tape_call(lambda: self.f(*args, **kwargs))
             out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
         finally:
             STEP.reset(token)
@@ -146,7 +163,7 @@ class Call:
         outputs = [
             t if isinstance(t, Tensor) else Tensor._wrap(t) for t in flatten(out, is_value)[0]
         ]
-        return StepTape(inputs, outputs, floor, saved_by(records, floor, inputs))
+        return StepTape(input_nodes, outputs, floor, stop, saved_by(records, floor, input_nodes))
 
 
 def _checkpoint_backward(record, g, sweep):

@@ -52,6 +52,7 @@ from .tape import (
     enable_grad,
     next_sequence,
     no_grad,
+    untaped,
 )
 from .tensor import Tensor
 
@@ -212,14 +213,19 @@ def leaves_of(tree, where, tensors_only=False):
 
 
 class StepTape:
-    """The recording of one step: its input leaves, its outputs, and what it saved."""
+    """The recording of one step: its inputs' nodes, its outputs, and what it saved.
 
-    __slots__ = ("inputs", "outputs", "floor", "saved")
+    The step's records are those numbered from ``floor`` to ``stop``: whichever
+    tape or thread made them while the step ran.
+    """
 
-    def __init__(self, inputs, outputs, floor, saved):
-        self.inputs = inputs  # leaf Tensors standing for x_i (and xs[i])
+    __slots__ = ("inputs", "outputs", "floor", "stop", "saved")
+
+    def __init__(self, inputs, outputs, floor, stop, saved):
+        self.inputs = inputs  # the nodes standing for x_i (and xs[i]): StandIns, or markers
         self.outputs = outputs  # Tensors of x_{i+1} (and y_i), leading back to inputs
         self.floor = floor  # first sequence number recorded by this step
+        self.stop = stop  # and one past the last
         self.saved = saved  # the arrays its records hold (for byte accounting)
 
 
@@ -237,13 +243,16 @@ class StepSweep(Sweep):
     def __init__(self, outer, step_tape):
         super().__init__(outer.ns)
         self.outer = outer
-        self.floor = step_tape.floor
-        self.input_ids = {id(t.node): k for k, t in enumerate(step_tape.inputs)}
+        self.floor, self.stop = step_tape.floor, step_tape.stop
+        self.input_ids = {id(node): k for k, node in enumerate(step_tape.inputs)}
         self.input_grads = [None] * len(step_tape.inputs)
 
+    def owns(self, node):
+        return isinstance(node, Record) and self.floor <= node.seq < self.stop
+
     def add(self, node, g):
-        if type(node) is StepRecord and node.seq >= self.floor:
-            super().add(node, g)
+        if self.owns(node):
+            self.push(node, g)
             return
         k = self.input_ids.get(id(node))
         if k is None:
@@ -257,20 +266,26 @@ class StepSweep(Sweep):
 def tape_call(call):
     """Run ``call()`` recording on a tape of its own, and mark its records StepRecords
     (a sweep other than this step's refuses them); returns (what it returned, the
-    first sequence number it recorded, its records)."""
+    first and one past the last sequence numbers it took, its records)."""
     recorder = Recorder()
     floor = next_sequence()
     with recorder, enable_grad():
         result = call()
-    for record in recorder.records:
+    stop = next_sequence()
+    retag(recorder.records)
+    return result, floor, stop, recorder.records
+
+
+def retag(records):
+    """Mark records made inside a step (or checkpointed function) as its own."""
+    for record in records:
         record.__class__ = StepRecord
-    return result, floor, recorder.records
 
 
 def saved_by(records, floor, inputs):
     """The arrays ``records`` hold of a step's own values (what it made, or its
-    ``inputs``); parameters are not the chain's to count."""
-    input_ids = {id(t.node) for t in inputs}
+    inputs, whose nodes are ``inputs``); parameters are not the chain's to count."""
+    input_ids = {id(node) for node in inputs}
     saved = []
     for record in records:
         for a, node in zip(record.args, record.parents):
@@ -345,7 +360,8 @@ def refuse_twice(what):
     return BackwardError(
         f"{what} can be reversed once and not differentiated twice: its snapshots are "
         "released by its backward (retain_graph and nested rm.grad are not supported "
-        "through it yet)"
+        "through it yet). rm.grad(f)(p) records its backward when p requires grad (for "
+        "gradient penalties); for a plain gradient pass p.detach() or an array"
     )
 
 
@@ -389,6 +405,7 @@ class ChainRun:
 
     def __init__(self, tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps):
         self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
+        self.context = STEP.get()  # the step this chain runs inside, if any: its values may be used
         # store-all never evaluates a step twice: nothing to compare
         self.check_values = tape.check_replay and not isinstance(schedule, schedules.StoreAll)
         self.chain = chain
@@ -436,12 +453,17 @@ class ChainRun:
         self.evaluating = i
         self.stats.forward_steps += 1
         chain, spec = self.chain, self.spec_at(i)
-        state_in = [Tensor._wrap(a, taped and backend.is_floating(a.dtype)) for a in arrays]
+        marker = StepValue(chain.owner, i, self.context)  # what it makes without a gradient
+
+        def stand_in(a, wanted):  # a leaf to differentiate with respect to, or a constant
+            return Tensor._stand_in(a) if wanted else Tensor._from_record(a, marker)
+
+        state_in = [stand_in(a, taped and backend.is_floating(a.dtype)) for a in arrays]
         x_in = [
-            Tensor._wrap(a[i], taped and node is not None)
-            for a, node in zip(chain.xs, chain.xs_nodes)
+            stand_in(a[i], taped and node is not None) for a, node in zip(chain.xs, chain.xs_nodes)
         ]
-        token = STEP.set(StepValue(chain.owner, i))  # what it makes without a gradient
+        nodes = [t.node for t in state_in + x_in]  # now: the step may rebind its inputs (x += 1)
+        token = STEP.set(marker)
         try:
             state = unflatten(spec.tree, state_in)
             x = unflatten(chain.xs_tree, x_in) if chain.xs_tree is not None else None
@@ -456,7 +478,7 @@ class ChainRun:
         finally:
             STEP.reset(token)
         self.check_step(i, tree, out_arrays, y_tree, y_arrays, taped)
-        return out_arrays, state_in + x_in, outputs
+        return out_arrays, nodes, outputs
 
     def spec_at(self, i):
         """The Spec of x_i (a loop's and a scan's states all have x_0's)."""
@@ -524,10 +546,12 @@ class ChainRun:
         self.expect_position(action, action.start)
         arrays, rng = self.current
         backend.set_random_state(rng)
-        with no_grad():
+        spill = Recorder()  # what a step records under enable_grad is still the step's
+        with spill, untaped():
             for i in range(action.start, action.stop):
                 arrays = self.call_step(i, arrays, taped=False)[0]
                 self.mark()
+        retag(spill.records)
         self.current = (arrays, backend.random_state())
         self.position = action.stop
 
@@ -536,11 +560,11 @@ class ChainRun:
         arrays, rng = self.current
         backend.set_random_state(rng)
         for i in range(action.start, action.stop):
-            (arrays, inputs, outputs), floor, records = tape_call(
+            (arrays, inputs, outputs), floor, stop, records = tape_call(
                 lambda: self.call_step(i, arrays, taped=True)
             )
             saved = saved_by(records, floor, inputs)
-            self.tapes[i] = StepTape(inputs, outputs, floor, saved)
+            self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
             self.held.hold(saved)
             self.mark()
             if self.online_forward and self.stop_online(i + 1, arrays):
@@ -627,9 +651,10 @@ class ChainRun:
             grads = reverse_step(self.outer_sweep, step_tape, seeds)
             spec = self.spec_at(i)
             width = len(spec.shapes)
+            like = step_tape.outputs[0]._data
             self.cotangent = [
-                g if g is not None else backend.zeros(s, d, like=t._data)
-                for g, s, d, t in zip(grads[:width], spec.shapes, spec.dtypes, step_tape.inputs)
+                g if g is not None else backend.zeros(s, d, like=like)
+                for g, s, d in zip(grads[:width], spec.shapes, spec.dtypes)
             ]
             for k, g in enumerate(grads[width:]):
                 if g is not None:
@@ -687,7 +712,7 @@ class ChainRun:
                     break
                 try:
                     self.carry_out(action)
-                except (LoopError, EscapeError):
+                except (LoopError, EscapeError, BackwardError):  # these name what failed
                     raise
                 except Exception as error:
                     raise LoopError(
@@ -744,6 +769,13 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
     backward runs the rest of the schedule.
     """
     x0, x0_nodes, tree0 = leaves_of(state, "the initial state")
+    for k, a in enumerate(x0):
+        if backend.is_complex(a.dtype):
+            raise TypeError(
+                f"{chain.owner}: leaf {k} of the state is complex ({a.dtype}); checkpointed "
+                "chains carry real states only (remat differentiates real functions): carry "
+                "the real and imaginary parts as two real leaves"
+            )
     spec0 = Spec.of(tree0, x0)
     run = ChainRun(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
     try:

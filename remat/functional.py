@@ -10,9 +10,18 @@ called on Tensors that are themselves being differentiated (inside another
 from __future__ import annotations
 
 from . import backend
-from .ops import identity
+from .ops import astype, identity
 from .pytree import flatten, unflatten
-from .tape import GRAD_DEPTH, BackwardError, backward_to, enable_grad, next_sequence, no_grad
+from .tape import (
+    GRAD_DEPTH,
+    STEP,
+    BackwardError,
+    backward_to,
+    enable_grad,
+    grad_enabled,
+    next_sequence,
+    no_grad,
+)
 from .tensor import DTypeError, Tensor, as_leaf_dtype, own_gradients
 
 
@@ -60,7 +69,9 @@ def value_and_grad(f, argnums=0):
                 f"(the function got {len(args)} arguments); name each argument once"
             )
         depth = GRAD_DEPTH.get()
-        nested = depth > 0 or any(_requires_grad(a) for a in args)
+        # Under no_grad nothing is recorded: a plain gradient (never zeros from
+        # unrecorded inputs), also inside an untaped loop step.
+        nested = grad_enabled() and (depth > 0 or any(_requires_grad(a) for a in args))
         inputs = [  # arrays are copied: the caller's array stays theirs
             Tensor(a) if i not in positions and backend.is_array(a) else a
             for i, a in enumerate(args)
@@ -77,6 +88,7 @@ def value_and_grad(f, argnums=0):
             inputs[n] = unflatten(tree, stand_ins)
             targets += stand_ins
             trees.append((tree, len(stand_ins)))
+        target_nodes = [t.node for t in targets]  # now: f may rebind its arguments (x *= 2)
         floor = next_sequence()  # records made from here on are this call's own
         token = GRAD_DEPTH.set(depth + 1)
         try:
@@ -87,18 +99,23 @@ def value_and_grad(f, argnums=0):
         _check_scalar(out, f)
         seed = backend.ones_like(out._data)
         grads = backward_to(
-            out, Tensor._wrap(seed) if nested else seed, [t.node for t in targets], floor, nested
+            out, Tensor._wrap(seed) if nested else seed, target_nodes, floor, nested
         )
         results = []
-        for t, g in zip(targets, grads):
+        for t, node, g in zip(targets, target_nodes, grads):
             if g is None:  # f does not depend on this input
                 g = backend.zeros(t.shape, t.dtype, like=t._data)
                 g = Tensor._wrap(g) if nested else g
             elif not nested:
-                g = as_leaf_dtype(g, t.node)
+                g = as_leaf_dtype(g, node)
+            elif g.dtype != t.dtype:  # float32 stays float32, differentiably
+                g = astype(g, t.dtype)
             results.append(g)
         if not nested:
             results = [g for _, g in own_gradients(enumerate(results), seed)]
+            marker = STEP.get()
+            if marker is not None:  # inside a loop step: the results are the step's values
+                results = [Tensor._from_record(g, marker) for g in results]
         per_argument, start = [], 0
         for tree, count in trees:  # each gradient in its argument's shape (dicts stay dicts)
             per_argument.append(unflatten(tree, results[start : start + count]))
@@ -125,7 +142,7 @@ def _target(n, a, nested):
     data = backend.asarray(a._data if isinstance(a, Tensor) else a)
     if not backend.is_floating(data.dtype):
         raise DTypeError(f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats")
-    return Tensor._wrap(data, True)
+    return Tensor._stand_in(data)
 
 
 def grad(f, argnums=0):

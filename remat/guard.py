@@ -24,6 +24,7 @@ so watched arrays cost one pass over their bytes at each save and check.
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 from . import backend
@@ -48,15 +49,20 @@ class Watch:
         self.fingerprint = fingerprint
 
 
+_lock = threading.Lock()
+
+
 def expose(array, next_sequence) -> None:
     """Note that the user now holds a writable handle to ``array``'s memory."""
     owner = backend.memory_owner(array)
     watch = WATCHED.get(id(owner))
     if watch is not None and watch.owner() is owner:
         return
-    seq = next_sequence()
-    WATCHED[id(owner)] = Watch(owner, seq, backend.fingerprint(owner))
-    OLDEST[0] = seq
+    fingerprint = backend.fingerprint(owner)  # first: saves made before this number
+    seq = next_sequence()  # saw the value fingerprinted (no one could write it yet)
+    with _lock:  # several threads may expose at once: OLDEST only grows
+        WATCHED[id(owner)] = Watch(owner, seq, fingerprint)
+        OLDEST[0] = max(OLDEST[0], seq)
 
 
 def is_watched(array) -> bool:
@@ -74,9 +80,11 @@ def checks(arrays):
     return found or None
 
 
-def changed(arrays, found, seq):
+def changed(arrays, found, seq, cache=None):
     """The index of the first of ``arrays`` (saved at ``seq`` with ``checks`` ``found``)
-    whose value is not what was saved, or None when all are intact."""
+    whose value is not what was saved, or None when all are intact.  ``cache`` (a
+    dict a sweep keeps) remembers owners already found intact, so that one
+    parameter used by many records is hashed once per sweep."""
     if found is not None:
         for i, fp in found:
             if backend.fingerprint(arrays[i]) != fp:
@@ -89,6 +97,10 @@ def changed(arrays, found, seq):
             watch = WATCHED.get(id(owner))
             if watch is None or seq >= watch.seq:
                 continue
+            if cache is not None and cache.get(id(owner)) is owner:
+                continue
             if backend.fingerprint(owner) != watch.fingerprint:
                 return i
+            if cache is not None:
+                cache[id(owner)] = owner
     return None

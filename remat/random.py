@@ -9,7 +9,7 @@ store-all.  Samples are drawn on the host and copied to the GPU for
 """
 
 from . import backend
-from .tensor import Tensor
+from .tensor import Tensor, holds_tensors
 
 
 def seed(n: int) -> None:
@@ -22,14 +22,19 @@ def seed(n: int) -> None:
 def _constants(name, **params):
     """Distribution parameters as plain values; a Tensor that requires grad is refused
     (its gradient would be lost: reparametrize instead)."""
+    from .ops import stack  # the ops sit above the random stream's module
+    from .ops.core import constant_of
+
     for key, value in params.items():
+        if isinstance(value, (list, tuple)) and holds_tensors(value, needing_grad=True):
+            value = stack(value)  # refused just below, as any Tensor that requires grad
         if isinstance(value, Tensor) and value.requires_grad:
             raise TypeError(
                 f"rm.random.{name}: {key} is a Tensor that requires grad, and samples carry no "
                 f"gradient; draw standard samples and transform them instead (for example "
                 "loc + scale * rm.random.normal(size=...))"
             )
-    return [v._data if isinstance(v, Tensor) else v for v in params.values()]
+    return [constant_of(f"rm.random.{name}", v) for v in params.values()]
 
 
 def uniform(low=0.0, high=1.0, size=None, dtype=backend.float64, device="cpu") -> Tensor:

@@ -31,7 +31,6 @@ that can still reach it, so computations never differentiated do not pile up.
 from __future__ import annotations
 
 import heapq
-import threading
 import weakref
 from contextvars import ContextVar
 from itertools import count
@@ -64,13 +63,16 @@ class StepValue:
     """The ``node`` of a value computed inside one evaluation of a loop step (or a
     checkpointed function) without a gradient of its own (untaped steps,
     constants): it behaves as ``None`` (it is falsy) but remembers where the
-    value was made, so that using it outside is refused (see :class:`EscapeError`)."""
+    value was made, so that using it outside is refused (see :class:`EscapeError`).
+    ``parent`` is the step (or function) that was running around this one: its
+    values may be used here too."""
 
-    __slots__ = ("owner", "step")
+    __slots__ = ("owner", "step", "parent")
 
-    def __init__(self, owner, step=None):
+    def __init__(self, owner, step=None, parent=None):
         self.owner = owner  # what runs the code: "tape.loop", "rm.checkpoint(block)", ...
         self.step = step
+        self.parent = parent  # the marker of the step around the chain or call, or None
 
     def __bool__(self):
         return False
@@ -95,9 +97,38 @@ def escape_error(where, node):
 
 
 def check_step_value(where, node):
-    """Refuse ``node`` (a falsy, non-None node) unless it belongs to the running step."""
-    if node is not STEP.get():
-        raise escape_error(where, node)
+    """Refuse ``node`` (a falsy, non-None node) unless it belongs to the running step,
+    or to a step running around it."""
+    running = STEP.get()
+    while running is not None:
+        if running is node:
+            return
+        running = running.parent
+    raise escape_error(where, node)
+
+
+# Context managers keep what they replaced on a per-context stack (a ContextVar
+# too), so that one manager object entered by several threads or interleaved
+# asyncio tasks restores each its own value.
+_SAVED = ContextVar("remat_saved_values", default=())
+
+
+def push_value(var, value):
+    """Set ``var`` to ``value`` here, remembering what it was (see pop_value)."""
+    _SAVED.set((*_SAVED.get(), (var, var.get())))
+    var.set(value)
+
+
+def pop_value(var):
+    """Give ``var`` back the value the matching push_value replaced."""
+    saved = _SAVED.get()
+    if not saved or saved[-1][0] is not var:
+        raise RuntimeError(
+            "remat: recording contexts (no_grad, enable_grad, Tape) were exited in another "
+            "order than they were entered"
+        )
+    _SAVED.set(saved[:-1])
+    var.set(saved[-1][1])
 
 
 class Record:
@@ -131,10 +162,10 @@ class Record:
     def release(self) -> None:
         self.parents = self.args = self.ans = None
 
-    def check_saved(self):
+    def check_saved(self, cache=None):
         """Raise if a value this record saved was changed in place since (remat.guard)."""
         arrays = (*self.args, self.ans)
-        i = guard.changed(arrays, self.checks, self.seq)
+        i = guard.changed(arrays, self.checks, self.seq, cache)
         if i is not None:
             what = "its output" if i == len(self.args) else f"its input {i}"
             a = arrays[i]
@@ -178,36 +209,60 @@ class Leaf:
         return f"<Leaf {self.shape}>"
 
 
-class _GradMode:
-    """Context manager setting whether ops are recorded, for this thread and context only."""
+class StandIn(Leaf):
+    """The leaf of an input remat itself makes to differentiate with respect to: a
+    loop step's state, ``rm.grad``'s argument, a checkpointed function's input.
 
-    enabled = True
+    Unlike a user's leaf it may be updated in place (``x *= 2`` is recorded, as
+    on any value), and reaching it from outside the computation it stands in
+    for means a value escaped (see :class:`EscapeError`).
+    """
 
-    def __init__(self):
-        self._tokens = {}  # thread id -> stack of tokens: one object may be entered in several
-
-    def __enter__(self):
-        self._tokens.setdefault(threading.get_ident(), []).append(GRAD_ENABLED.set(self.enabled))
-        return self
-
-    def __exit__(self, *exc):
-        GRAD_ENABLED.reset(self._tokens[threading.get_ident()].pop())
-        return False
+    __slots__ = ()
 
 
-class no_grad(_GradMode):
+class no_grad:
     """Context manager inside which no op is recorded (and nothing is kept for backward).
 
-    It affects only the thread (and context) that enters it.
+    It affects only the thread (and context) that enters it.  Values computed
+    inside are plain constants, also inside a loop step: reading them later,
+    outside the step, is fine.
     """
 
     enabled = False
 
+    def __enter__(self):
+        push_value(GRAD_ENABLED, self.enabled)
+        push_value(STEP, None)
+        return self
 
-class enable_grad(_GradMode):
+    def __exit__(self, *exc):
+        pop_value(STEP)
+        pop_value(GRAD_ENABLED)
+        return False
+
+
+class enable_grad(no_grad):
     """Context manager that turns recording back on (used inside no_grad)."""
 
     enabled = True
+
+    def __enter__(self):
+        push_value(GRAD_ENABLED, True)
+        return self
+
+    def __exit__(self, *exc):
+        pop_value(GRAD_ENABLED)
+        return False
+
+
+class untaped(enable_grad):
+    """Recording off for a step the executor evaluates without taping it; unlike
+    no_grad, the step's values keep their marker (internal)."""
+
+    def __enter__(self):
+        push_value(GRAD_ENABLED, False)
+        return self
 
 
 class Recorder:
@@ -222,14 +277,13 @@ class Recorder:
 
     def __init__(self):
         self.records = []
-        self._tokens = {}  # thread id -> stack of tokens: one object may be open in several
 
     def __enter__(self):
-        self._tokens.setdefault(threading.get_ident(), []).append(OPEN_TAPE.set(self))
+        push_value(OPEN_TAPE, self)
         return self
 
     def __exit__(self, *exc):
-        OPEN_TAPE.reset(self._tokens[threading.get_ident()].pop())
+        pop_value(OPEN_TAPE)
         return False
 
     def saved_bytes(self) -> int:
@@ -302,15 +356,30 @@ class Sweep:
 
     RECORD = Record
 
+    def owns(self, node) -> bool:
+        """Whether this sweep reverses ``node`` itself (else it belongs elsewhere)."""
+        return type(node) is Record
+
+    def push(self, record, g):
+        """Add ``g`` to the cotangent of a record this sweep reverses."""
+        ct = record.ct
+        if ct is None:
+            record.ct = g
+            heapq.heappush(self.heap, (-record.seq, record))
+        else:
+            record.ct = ct + g
+
     def add(self, node, g):
         """Add cotangent ``g`` to ``node`` (a Record, or a Leaf)."""
-        if type(node) is self.RECORD:
-            ct = node.ct
-            if ct is None:
-                node.ct = g
-                heapq.heappush(self.heap, (-node.seq, node))
-            else:
-                node.ct = ct + g
+        if self.owns(node):
+            self.push(node, g)
+        elif type(node) is StandIn:
+            raise EscapeError(
+                f"backward reached an input (shape {node.shape}) that remat made for a loop "
+                "step, a checkpointed function or rm.grad, from outside it: a step's (or "
+                "function's) input was kept and used elsewhere. Return it as part of the state "
+                "instead, or .detach() it if you only need its value."
+            )
         elif isinstance(node, Record):
             raise EscapeError(
                 f"backward reached `{node.op.name}` (output shape {node.shape}), which was "
@@ -342,7 +411,7 @@ class Sweep:
     def _run(self):
         heap, ns, push, pop = self.heap, self.ns, heapq.heappush, heapq.heappop
         graph, retain, floor = self.create_graph, self.retain_graph, self.floor
-        own, oldest = self.RECORD, guard.OLDEST
+        own, oldest, verified = self.RECORD, guard.OLDEST, {}
         while heap:
             record = pop(heap)[1]
             g = record.ct
@@ -351,7 +420,7 @@ class Sweep:
             if parents is None:
                 raise _freed_error(record)
             if record.checks is not None or record.seq < oldest[0]:
-                record.check_saved()  # something it saved was handed out: is it intact?
+                record.check_saved(verified)  # something it saved was handed out: intact?
             op = record.op
             if op.custom_backward is not None:
                 op.custom_backward(record, g, self)

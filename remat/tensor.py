@@ -19,6 +19,7 @@ from .tape import (
     BackwardError,
     Leaf,
     Record,
+    StandIn,
     backward,
     escape_error,
     next_sequence,
@@ -29,9 +30,9 @@ class Tensor:
     """A value on the tape.  ``Tensor(data, requires_grad)`` is :func:`remat.tensor`.
 
     ``t.data`` is the value as a backend array, shared, not copied: writing
-    into it (or into ``np.asarray(t)``, ``t.numpy()`` or a view of them) is
-    allowed, and a backward that still needs the old value refuses to run
-    (see :mod:`remat.guard`).  The operators ``+=``, ``-=``, ``*=``, ``/=``
+    into it (or a view of it) is allowed, and a backward that still needs the
+    old value refuses to run (see :mod:`remat.guard`).  ``np.asarray(t)`` and
+    ``t.numpy()`` are read-only views, free to take.  The operators ``+=``, ``-=``, ``*=``, ``/=``
     give the tensor a new value without touching the old one.
     """
 
@@ -56,6 +57,15 @@ class Tensor:
         t._data = array
         t.grad = None
         t.node = Leaf(t) if requires_grad else None
+        return t
+
+    @classmethod
+    def _stand_in(cls, array):
+        """A leaf standing for an input remat differentiates with respect to (internal)."""
+        t = cls.__new__(cls)
+        t._data = array
+        t.grad = None
+        t.node = StandIn(t)
         return t
 
     @classmethod
@@ -96,7 +106,7 @@ class Tensor:
         """``self op= other``: a new value for this tensor; the old array is untouched,
         so a backward that saved it still finds it (remat's in-place ops rebind)."""
         recording = GRAD_ENABLED.get()
-        if recording and type(self.node) is Leaf:
+        if recording and type(self.node) is Leaf:  # the user's leaf (a StandIn is remat's)
             raise RuntimeError(
                 f"`t {symbol} ...` on a leaf tensor that requires grad, outside rm.no_grad(): "
                 "the change would be recorded and the leaf would stop being a leaf. Update "
@@ -207,9 +217,13 @@ class Tensor:
         return Tensor._wrap(self._data)
 
     def numpy(self):
-        """The value as a NumPy array (shared on the CPU, copied from a GPU)."""
+        """The value as a NumPy array: a read-only view on the CPU, a copy from a GPU.
+
+        Reading costs nothing; to change the value write into ``t.data``, or
+        copy first (``t.numpy().copy()``).  ``np.asarray(t)`` gives the same.
+        """
         if backend.device_of(self._data) == "cpu":
-            return self.data  # a handle the user may write into: the guard watches it
+            return backend.read_only(self._data)
         return backend.to_host(self._data)
 
     def item(self):

@@ -146,8 +146,6 @@ def test_four_threads_running_loops_each_get_the_single_threaded_gradients():
 
 WRITES = {
     "data": lambda t: t.data.__setitem__(0, 5.0),
-    "asarray": lambda t: np.asarray(t).__setitem__(0, 5.0),
-    "numpy": lambda t: t.numpy().__setitem__(0, 5.0),
     "view of data": lambda t: t.data.reshape(-1).__setitem__(0, 5.0),
     "slice of data": lambda t: t.data[:1].__iadd__(1.0),
     "out=": lambda t: np.add(t.data, 1.0, out=t.data),
@@ -177,6 +175,22 @@ def test_a_write_through_a_view_made_before_the_save_is_refused(write):
     WRITES[write](r)
     with pytest.raises(rm.BackwardError, match="`multiply`"):
         y.backward()
+
+
+@pytest.mark.parametrize("read", [np.asarray, lambda t: t.numpy(), np.array])
+def test_reading_through_numpy_gives_a_read_only_view_or_a_copy(read):
+    x = rm.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = rm.sin(x).sum()
+    watched = len(rm.guard.WATCHED)
+    value = read(x)
+    assert len(rm.guard.WATCHED) == watched  # reading is free: nothing to watch
+    if value.flags.writeable:  # np.array copies
+        value[0] = 9.0
+    else:
+        with pytest.raises(ValueError, match="read-only"):
+            value[0] = 9.0
+    y.backward()
+    assert np.array_equal(x.grad, np.cos([1.0, 2.0]))
 
 
 def test_a_raw_handle_taken_before_the_save_is_still_watched():
@@ -439,7 +453,7 @@ def test_normalised_exponentials_over_an_empty_axis_are_empty(fn):
     "make, error, match",
     [
         (lambda: rm.sin(rm.tensor(np.array(["a"]))), TypeError, "sin"),
-        (lambda: rm.exp(rm.tensor(np.array([None]))), TypeError, "exp"),
+        (lambda: rm.exp(rm.tensor(np.array([None]))), TypeError, "dtype object"),
         (lambda: rm.sum(rm.tensor(np.ones(3)), axis=2), ValueError, "sum.*shape \\(3,\\)"),
         (lambda: rm.softmax(rm.tensor(np.ones(3)), axis=1), ValueError, "softmax: axis 1"),
         (lambda: rm.tensor(np.ones(3)) + "x", TypeError, "add"),

@@ -103,6 +103,19 @@ def as_tensor(value):
     return Tensor._wrap(backend.asarray(value))
 
 
+def constant_of(where, value):
+    """The array of a Tensor given where a constant goes (a clip bound, a random
+    parameter); a value escaping a loop step is refused there as anywhere."""
+    if isinstance(value, (list, tuple)) and holds_tensors(value):
+        value = as_tensor(value)
+    if not isinstance(value, Tensor):
+        return value
+    node = value.node
+    if node is not None and not node and GRAD_ENABLED.get():
+        check_step_value(where, node)
+    return value._data
+
+
 def _guard(record):
     """Fingerprint what ``record`` saved of memory the user holds (remat.guard)."""
     record.checks = checks((*record.args, record.ans))

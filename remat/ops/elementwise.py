@@ -7,7 +7,17 @@ input's shape (remat.tape.unbroadcast).
 import math
 
 from .. import backend
-from .core import Tensor, apply, defop, make_binary, make_unary, unary, xp
+from .core import (
+    Tensor,
+    apply,
+    as_tensor,
+    constant_of,
+    defop,
+    make_binary,
+    make_unary,
+    unary,
+    xp,
+)
 
 # --- one input ------------------------------------------------------------------
 NEGATIVE = defop("negative", xp.negative, lambda ns, g, ans, x: -g, needs=("",))
@@ -164,13 +174,13 @@ def clip(x, a_min=None, a_max=None):
     copied.  A bound that requires a gradient makes clip
     ``minimum(maximum(x, a_min), a_max)``, so that the bound gets its gradient.
     """
+    a_min, a_max = (as_tensor(b) if isinstance(b, (list, tuple)) else b for b in (a_min, a_max))
     if any(isinstance(b, Tensor) and b.requires_grad for b in (a_min, a_max)):
         out = x if a_min is None else maximum(x, a_min)
         return out if a_max is None else minimum(out, a_max)
     bounds = {}
     for name, bound in (("a_min", a_min), ("a_max", a_max)):
-        if isinstance(bound, Tensor):
-            bound = bound._data
+        bound = constant_of("clip", bound)
         if bound is not None and not isinstance(bound, (int, float)):
             bound = backend.asarray(bound)  # a copy: later changes cannot reach the tape
         bounds[name] = bound
