@@ -97,7 +97,7 @@ def resolve_policy(snapshots, schedule):
                 f"Tape: unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULE_NAMES)} "
                 "or pass a schedule object from remat.schedules"
             )
-        if schedule in ("revolve", "online", "periodic") and snapshots is None:
+        if schedule in ("revolve", "online", "periodic", "mixed") and snapshots is None:
             raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
         return Policy(schedule, snapshots)  # store_all and sqrt size their own memory
     if not all(hasattr(schedule, a) for a in ("__iter__", "steps", "snapshots")):

@@ -10,8 +10,11 @@ executor carries out.  Pure Python: no array library is imported here.
 * :class:`Revolve` - optimal binomial checkpointing (Griewank and Walther):
   ``T(n, s) = n + r*n - C(s + r, s + 1)`` evaluations with ``s`` slots.
 * :class:`Online` - for loops whose length is unknown until they end.
+* :class:`Mixed` - mixed checkpointing (Maddison 2024): a slot holds a state
+  or one step's tape; :func:`mixed_forward_steps` is its optimum ``M(n, s)``.
 
-:func:`simulate` checks a schedule and counts its cost; :mod:`.binomial` holds
+:func:`simulate` checks a schedule and counts its cost (and, given a
+:class:`ChainCosts`, its time and peak bytes); :mod:`.binomial` holds
 the formulas (:func:`beta`, :func:`repetition_number`,
 :func:`optimal_forward_steps`).
 """
@@ -31,6 +34,8 @@ from .actions import (
 )
 from .binomial import beta, optimal_forward_steps, repetition_number
 from .catalog import SCHEDULE_NAMES, make_schedule
+from .costs import ChainCosts
+from .mixed import Mixed, mixed_forward_steps
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
 from .revolve import Revolve
@@ -41,10 +46,12 @@ __all__ = [
     "SCHEDULE_NAMES",
     "Action",
     "Advance",
+    "ChainCosts",
     "Discard",
     "End",
     "EndForward",
     "Free",
+    "Mixed",
     "Online",
     "Periodic",
     "Restore",
@@ -58,6 +65,7 @@ __all__ = [
     "Tape",
     "beta",
     "make_schedule",
+    "mixed_forward_steps",
     "optimal_forward_steps",
     "repetition_number",
     "simulate",
