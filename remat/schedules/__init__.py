@@ -12,6 +12,10 @@ executor carries out.  Pure Python: no array library is imported here.
 * :class:`Online` - for loops whose length is unknown until they end.
 * :class:`Mixed` - mixed checkpointing (Maddison 2024): a slot holds a state
   or one step's tape; :func:`mixed_forward_steps` is its optimum ``M(n, s)``.
+* :class:`Optimal` - the least-time schedule for a heterogeneous chain
+  (:class:`ChainCosts`: per-step times and bytes) under a byte budget, by the
+  dynamic programme of Beaumont et al. (rotor); :func:`minimum_bytes` is the
+  smallest budget it can plan for.
 
 :func:`simulate` checks a schedule and counts its cost (and, given a
 :class:`ChainCosts`, its time and peak bytes); :mod:`.binomial` holds
@@ -38,6 +42,7 @@ from .costs import ChainCosts
 from .mixed import Mixed, mixed_forward_steps
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
+from .optimal import Optimal, minimum_bytes
 from .revolve import Revolve
 from .simulate import ScheduleError, Simulation, simulate
 
@@ -53,6 +58,7 @@ __all__ = [
     "Free",
     "Mixed",
     "Online",
+    "Optimal",
     "Periodic",
     "Restore",
     "Reverse",
@@ -65,6 +71,7 @@ __all__ = [
     "Tape",
     "beta",
     "make_schedule",
+    "minimum_bytes",
     "mixed_forward_steps",
     "optimal_forward_steps",
     "repetition_number",

@@ -1,0 +1,303 @@
+"""The fastest schedule for a given chain under a byte budget (heterogeneous chains).
+
+Problem.  Given a :class:`~.costs.ChainCosts` and a budget of ``memory`` bytes,
+find the schedule of least total time (``forward_time`` for every untaped
+evaluation, ``reverse_time`` for every taped one) whose bytes held (states in
+slots plus tapes kept, :mod:`.costs`) never exceed ``memory``.
+
+Result implemented.  The dynamic programme of Beaumont, Eyraud-Dubois,
+Herrmann, Joly and Shilova, "Optimal checkpointing for heterogeneous chains:
+how to train deep neural networks with limited memory" (rotor), adapted to
+this vocabulary: a checkpoint is either a stored state or a stored tape, as in
+mixed checkpointing.  To reverse the segment ``[a, b)`` with ``m`` bytes,
+``x_a`` being current or in a slot (its bytes counted in ``m``):
+
+    D(a, a+1, m) = reverse_time[a]                              if tape_bytes[a] <= m
+    D(a, b, m)   = min( reverse_time[a] + D(a+1, b, m - tape_bytes[a]),
+                        min over a < j < b of
+                            F(a, j) + D(j, b, m - state_bytes[a]) + D(a, j, m) )
+
+where ``F(a, j)`` is the forward time of steps ``a .. j-1`` (infeasible terms
+are infinite).  The first option tapes step ``a`` and keeps its tape (``x_a``'s
+slot, if any, is freed first: the tape holds ``x_a``); the second keeps
+``x_a``, advances to ``x_j``, reverses the right part, then the left part
+(see :mod:`.splits`, which turns the choices into actions).
+
+Optimality, and its assumptions.  ``D(0, n, memory)`` is the least time over
+every schedule of the vocabulary (without ``Discard``) that obeys *weak
+memory persistence*: a stored state ``x_p`` is released only when step ``p``
+is taped from it, so a segment's checkpoints serve that segment alone.  This
+is the class in which rotor's programme is optimal; without the restriction
+the problem is NP-hard for rotor's model, and schedules that store a small
+state, use it for the steps to its right and drop it early can be faster
+(tests/test_schedules_optimal.py searches both classes exhaustively on small
+chains).  Times are additive and sizes are as in :mod:`.costs` (an array
+shared by a slot and a tape counts twice, so the executor holds at most what
+is planned).  With ``reverse_time >= forward_time``, dropping tapes unused
+(``Discard``) never helps, so the vocabulary's only other action is not
+needed.
+
+Discretisation.  The programme runs over integer memory levels.  When all
+sizes are integers whose greatest common divisor ``g`` gives at most
+``levels`` levels (``memory // g``), the unit is ``g`` and the plan is exactly
+optimal.  Otherwise the unit is ``u = memory / levels`` and every size is
+rounded *up* to a whole number of units, so a plan that fits the rounded sizes
+fits the true ones: the true peak never exceeds the budget.  The price is
+optimality: each item held is overestimated by less than ``u``, so the plan is
+at least as fast as the best plan for ``memory - h * u`` bytes, ``h`` being the
+most items (slots plus tapes) that plan holds at once; with the default 128
+levels and ``h = 10``, the plan is optimal for a budget 8% smaller.  A budget
+between the true minimum and the rounded one is planned again with twice the
+levels, up to 2**14.
+
+Cost of planning.  ``O(n^3 levels / 6)`` additions (C loops over memory
+levels), ``O(n^2 levels)`` memory: about a second for ``n = 100`` at 128
+levels.  The cubic term is the search over every split of every segment and
+does not vectorise away; it is what limits ``n``.  A budget that fits every
+tape at once needs no search (store all).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from fractions import Fraction
+from math import ceil, gcd
+from numbers import Integral, Real
+
+from .actions import Action, Free, Snapshot
+from .costs import ChainCosts
+from .simulate import simulate
+from .splits import split_actions
+
+_INF = float("inf")
+_MAX_LEVELS = 1 << 14
+
+
+class Optimal:
+    """The least-time schedule for ``costs`` whose peak bytes held stay within ``memory``.
+
+    ``levels`` bounds the memory levels of the dynamic programme (see the
+    module docstring for the discretisation and its cost).  After
+    construction, ``predicted_time`` and ``predicted_peak_bytes`` are the
+    plan's time and peak under the model of :mod:`.costs` (what
+    :func:`.simulate` reports for it), ``snapshots`` the most slots it uses at
+    once, and ``exact`` whether no size had to be rounded.
+    """
+
+    def __init__(self, costs: ChainCosts, memory, levels: int = 128) -> None:
+        if not isinstance(costs, ChainCosts):
+            raise ValueError(f"Optimal: costs must be a ChainCosts, got {costs!r}")
+        if isinstance(memory, bool) or not isinstance(memory, Real) or not memory >= 0:
+            raise ValueError(f"Optimal: memory must be a number of bytes >= 0, got {memory!r}")
+        if isinstance(levels, bool) or not isinstance(levels, Integral) or levels < 1:
+            raise ValueError(f"Optimal: levels must be an integer >= 1, got {levels!r}")
+        self.costs = costs
+        self.memory = memory
+        self.steps = costs.steps
+        need = minimum_bytes(costs)
+        if memory < need:
+            raise ValueError(
+                f"Optimal: memory={memory!r} bytes is too small for this chain: a valid "
+                f"schedule needs at least {need!r} bytes"
+            )
+        self._plan = None  # None: store all
+        if sum(costs.tape_bytes) > memory:
+            levels = int(levels)
+            while True:
+                plan = _Plan(costs, memory, levels)
+                if plan.feasible or plan.exact or levels >= _MAX_LEVELS:
+                    break
+                levels *= 2  # the rounding ate the slack above the minimum
+            if not plan.feasible:
+                raise ValueError(
+                    f"Optimal: memory={memory!r} bytes is within rounding of the minimum, "
+                    f"{need!r} bytes, and {levels} levels do not resolve it; give a few more "
+                    "bytes"
+                )
+            self._plan = plan
+        self.levels = levels
+        self.exact = self._plan is None or self._plan.exact
+        self.snapshots = _peak_slots(iter(self))
+        result = simulate(self, costs)
+        self.predicted_time = result.time
+        self.predicted_peak_bytes = result.peak_bytes
+
+    def __repr__(self) -> str:
+        return f"Optimal(steps={self.steps}, memory={self.memory!r})"
+
+    def __iter__(self) -> Iterator[Action]:
+        plan = self._plan
+        if plan is None:
+            return split_actions(self.steps, 0, _tape, _same, _same)
+        return split_actions(
+            self.steps, plan.budget, plan.choose, plan.after_tape, plan.after_store
+        )
+
+
+def _tape(a: int, b: int, budget) -> int:
+    return a
+
+
+def _same(a: int, budget):
+    return budget
+
+
+def _peak_slots(actions) -> int:
+    used = peak = 0
+    for action in actions:
+        kind = type(action)
+        if kind is Snapshot:
+            used += 1
+            peak = max(peak, used)
+        elif kind is Free:
+            used -= 1
+    return peak
+
+
+def minimum_bytes(costs: ChainCosts):
+    """The least peak, in bytes, of any schedule in Optimal's class for ``costs``.
+
+    The same recursion as the time, minimising the peak instead:
+    ``P(a, a+1) = tape_bytes[a]`` and ``P(a, b) = min(tape_bytes[a] + P(a+1, b),
+    min over a < j < b of max(state_bytes[a] + P(j, b), P(a, j)))``.  For fixed
+    ``a`` and ``b`` the first term of the max shrinks and the second grows with
+    ``j`` (a sub-segment never needs more), so the best ``j`` is found by
+    bisection: ``O(n^2 log n)``.
+    """
+    n = costs.steps
+    s, t = costs.state_bytes, costs.tape_bytes
+    P = [[0] * (n + 1) for _ in range(n + 1)]  # P[a][b]; P[b][b] = 0
+    for length in range(1, n + 1):
+        for a in range(0, n - length + 1):
+            b = a + length
+            best = t[a] + P[a + 1][b]
+            if length > 1:
+                row, sa = P[a], s[a]
+                lo, hi = a + 1, b - 1  # the crossing of sa + P[j][b] (falls) and P[a][j] (grows)
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if sa + P[mid][b] > row[mid]:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                for j in (lo - 1, lo):
+                    if a < j < b:
+                        best = min(best, max(sa + P[j][b], row[j]))
+            P[a][b] = best
+    return P[0][n]
+
+
+class _Plan:
+    """The dynamic programme's table over integer memory levels, and the choices it implies."""
+
+    def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
+        n = costs.steps
+        sizes = (*costs.state_bytes, *costs.tape_bytes)
+        integral = all(isinstance(x, Integral) for x in (*sizes, memory))
+        unit = 0
+        if integral:
+            for x in sizes:
+                unit = gcd(unit, int(x))
+        if integral and unit and memory // unit <= levels:
+            self.exact = True
+            budget = int(memory) // unit
+            su = [int(x) // unit for x in costs.state_bytes]
+            tu = [int(x) // unit for x in costs.tape_bytes]
+        else:
+            self.exact = not any(sizes)  # all sizes zero: nothing to round
+            budget = levels
+            scale = Fraction(levels) / Fraction(memory) if memory else Fraction(0)
+            su = [ceil(Fraction(x) * scale) for x in costs.state_bytes]
+            tu = [ceil(Fraction(x) * scale) for x in costs.tape_bytes]
+        self.budget, self.su, self.tu = budget, su, tu
+        self.r = r = costs.reverse_time
+        self.fp = fp = _prefix(costs.forward_time)
+        rp = _prefix(costs.reverse_time)
+        self.tp = tp = _prefix(tu)
+        K = budget
+        # D[a][b]: times for levels 0..K; lo[a][b]: the first feasible level (K + 1: none)
+        D = [[None] * (n + 1) for _ in range(n)]
+        lo = [[K + 1] * (n + 1) for _ in range(n + 1)]
+        for b in range(n + 1):
+            lo[b][b] = 0
+        for length in range(1, n + 1):
+            for a in range(n - length + 1):
+                b = a + length
+                hi = min(K + 1, tp[b] - tp[a])  # from level tp[b] - tp[a] on, store all
+                row = [_INF] * hi + [rp[b] - rp[a]] * (K + 1 - hi)
+                first = hi if hi <= K else K + 1
+                if length > 1:
+                    ta, sa, ra = tu[a], su[a], r[a]
+                    right = D[a + 1][b]
+                    k0 = ta + lo[a + 1][b]
+                    if k0 < hi:
+                        row[k0:hi] = [ra + y for y in right[k0 - ta : hi - ta]]
+                        first = min(first, k0)
+                    left_lo, base, floor = lo[a], fp[a], rp[b] - rp[a]
+                    top = hi  # levels >= top cannot be improved by any j left to try
+                    for j in range(a + 1, b):
+                        fa = fp[j] - base
+                        # every time here is >= fa + floor (each step is taped once): find
+                        # the first level the row already reaches that bound, by bisection
+                        # (rows never grow with the level); fa only grows with j.
+                        bound, k1, k2 = fa + floor, min(first, top), top
+                        while k1 < k2:
+                            mid = (k1 + k2) // 2
+                            if row[mid] <= bound:
+                                k2 = mid
+                            else:
+                                k1 = mid + 1
+                        top = k1
+                        if top <= sa:
+                            break  # no level left that a store move could improve
+                        k0 = max(sa + lo[j][b], left_lo[j])
+                        if k0 >= top:
+                            continue
+                        left, right = D[a][j], D[j][b]
+                        row[k0:top] = map(
+                            min,
+                            row[k0:top],
+                            [fa + x + y for x, y in zip(left[k0:top], right[k0 - sa : top - sa])],
+                        )
+                        if k0 < first:
+                            first = k0
+                D[a][b] = array("d", row)
+                lo[a][b] = first
+        self.D, self.lo = D, lo
+        self.feasible = lo[0][n] <= K
+
+    def after_tape(self, a: int, budget: int) -> int:
+        return budget - self.tu[a]
+
+    def after_store(self, a: int, budget: int) -> int:
+        return budget - self.su[a]
+
+    def choose(self, a: int, b: int, k: int) -> int:
+        """The first move the table says is best for ``[a, b)`` at level ``k``."""
+        if k >= self.tp[b] - self.tp[a]:
+            return a  # every tape fits: store all
+        D, fp, ta, sa = self.D, self.fp, self.tu[a], self.su[a]
+        target = D[a][b][k]
+        best, choice = _INF, None
+        if k >= ta:
+            best, choice = self.r[a] + D[a + 1][b][k - ta], a
+            if best == target:
+                return a
+        if k >= sa:
+            base = fp[a]
+            for j in range(a + 1, b):
+                value = (fp[j] - base) + D[a][j][k] + D[j][b][k - sa]
+                if value == target:
+                    return j
+                if value < best:
+                    best, choice = value, j
+        return choice
+
+
+def _prefix(values) -> list:
+    total, out = 0, [0]
+    for v in values:
+        total = total + v
+        out.append(total)
+    return out
