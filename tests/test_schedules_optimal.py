@@ -443,3 +443,65 @@ def test_mixed_and_optimal_give_store_alls_gradients_bit_for_bit(n):
 def test_mixed_needs_a_budget_on_a_tape():
     with pytest.raises(ValueError, match="needs a budget"):
         rm.Tape(schedule="mixed")
+
+
+# --- the programme's internals agree with slower versions of themselves -------------
+
+
+def full_scan_minimum(costs):
+    """The least-peak recursion with every split tried (no bisection)."""
+    n, s, t = costs.steps, costs.state_bytes, costs.tape_bytes
+    P = {(b, b): 0 for b in range(n + 1)}
+    for length in range(1, n + 1):
+        for a in range(n - length + 1):
+            b = a + length
+            P[a, b] = min(
+                [t[a] + P[a + 1, b]] + [max(s[a] + P[j, b], P[a, j]) for j in range(a + 1, b)]
+            )
+    return P[0, n]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 14),
+    uniform=st.booleans(),
+    data=st.data(),
+)
+def test_minimum_bytes_bisection_equals_the_full_scan(n, uniform, data):
+    size = st.sampled_from([0, 1, 7, 50]) | st.integers(0, 99)
+    if uniform:
+        costs = ChainCosts.uniform(n, 1, 1, data.draw(size), data.draw(size))
+    else:
+        sizes = data.draw(st.lists(size, min_size=2 * n + 1, max_size=2 * n + 1))
+        costs = ChainCosts([1] * n, [1] * n, sizes[: n + 1], sizes[n + 1 :])
+    assert minimum_bytes(costs) == full_scan_minimum(costs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 20),
+    f=st.integers(0, 3),
+    r=st.integers(1, 6),
+    s=st.integers(0, 6),
+    t=st.integers(1, 12),
+    last=st.integers(0, 40),
+    extra=st.integers(0, 40),
+    levels=st.sampled_from([3, 16, 1000]),
+)
+def test_uniform_chains_take_the_length_only_programme_with_the_same_result(
+    n, f, r, s, t, last, extra, levels
+):
+    from remat.schedules.optimal import _Plan, _UniformPlan
+
+    # x_n is never stored, so its size may differ without breaking uniformity
+    costs = ChainCosts([f] * n, [r] * n, [s] * n + [last], [t] * n)
+    memory = minimum_bytes(costs) + extra
+    general, uniform = _Plan(costs, memory, levels), _UniformPlan(costs, memory, levels)
+    assert general.feasible == uniform.feasible
+    if general.feasible:
+        k = general.budget
+        assert general.D[0][n][k] == uniform.cols[k][n]
+    plan = Optimal(costs, memory, levels)
+    assert isinstance(plan._plan, (_UniformPlan, type(None)))
+    result = check(plan, costs)
+    assert result.peak_bytes <= memory and result.time == plan.predicted_time

@@ -50,11 +50,17 @@ levels and ``h = 10``, the plan is optimal for a budget 8% smaller.  A budget
 between the true minimum and the rounded one is planned again with twice the
 levels, up to 2**14.
 
-Cost of planning.  ``O(n^3 levels / 6)`` additions (C loops over memory
-levels), ``O(n^2 levels)`` memory: about a second for ``n = 100`` at 128
-levels.  The cubic term is the search over every split of every segment and
-does not vectorise away; it is what limits ``n``.  A budget that fits every
-tape at once needs no search (store all).
+Cost of planning.  ``O(n^3 levels / 6)`` additions and ``O(n^2 levels)``
+memory for a heterogeneous chain: on this 2-core machine, about 0.8 s for
+``n = 100`` at 128 levels, 7 s for ``n = 200``; the cubic term is the search
+over every split of every segment, which vectorising over levels does not
+remove (``n = 1000`` would take of the order of 15 minutes).  When all steps
+are alike (``tape.loop``), segments differ only by their length and the
+programme is ``O(n^2 levels / 2)``: about 3.5 s for ``n = 1000`` at 128
+levels.  Splits that cannot beat the best time found so far (a split that
+advances over ``F`` seconds of steps costs at least ``F`` plus every step's
+``reverse_time``) are skipped.  A budget that fits every tape at once needs no
+search (store all).
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 from math import ceil, gcd
 from numbers import Integral, Real
+from operator import add
 
 from .actions import Action, Free, Snapshot
 from .costs import ChainCosts
@@ -104,8 +111,9 @@ class Optimal:
         self._plan = None  # None: store all
         if sum(costs.tape_bytes) > memory:
             levels = int(levels)
+            kind = _UniformPlan if _uniform(costs) else _Plan
             while True:
-                plan = _Plan(costs, memory, levels)
+                plan = kind(costs, memory, levels)
                 if plan.feasible or plan.exact or levels >= _MAX_LEVELS:
                     break
                 levels *= 2  # the rounding ate the slack above the minimum
@@ -163,10 +171,17 @@ def minimum_bytes(costs: ChainCosts):
     min over a < j < b of max(state_bytes[a] + P(j, b), P(a, j)))``.  For fixed
     ``a`` and ``b`` the first term of the max shrinks and the second grows with
     ``j`` (a sub-segment never needs more), so the best ``j`` is found by
-    bisection: ``O(n^2 log n)``.
+    bisection: ``O(n^2 log n)``, or ``O(n log n)`` when all steps are alike.
     """
     n = costs.steps
     s, t = costs.state_bytes, costs.tape_bytes
+    if _uniform(costs):  # P depends on the length only: P[L]
+        P = [0, t[0]]
+        for length in range(2, n + 1):
+            j = _crossing(1, length - 1, lambda j: s[0] + P[length - j] > P[j])
+            candidates = (max(s[0] + P[length - i], P[i]) for i in (j - 1, j) if 0 < i < length)
+            P.append(min(t[0] + P[length - 1], *candidates))
+        return P[n]
     P = [[0] * (n + 1) for _ in range(n + 1)]  # P[a][b]; P[b][b] = 0
     for length in range(1, n + 1):
         for a in range(0, n - length + 1):
@@ -174,18 +189,27 @@ def minimum_bytes(costs: ChainCosts):
             best = t[a] + P[a + 1][b]
             if length > 1:
                 row, sa = P[a], s[a]
-                lo, hi = a + 1, b - 1  # the crossing of sa + P[j][b] (falls) and P[a][j] (grows)
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if sa + P[mid][b] > row[mid]:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                for j in (lo - 1, lo):
-                    if a < j < b:
-                        best = min(best, max(sa + P[j][b], row[j]))
+                j = _crossing(a + 1, b - 1, lambda j: sa + P[j][b] > row[j])
+                for i in (j - 1, j):
+                    if a < i < b:
+                        best = min(best, max(sa + P[i][b], row[i]))
             P[a][b] = best
     return P[0][n]
+
+
+def _crossing(lo: int, hi: int, before) -> int:
+    """The first ``j`` in ``[lo, hi]`` where ``before(j)`` is false (``hi`` if none), by bisection.
+
+    ``before`` must hold on a prefix of the range: "the falling term is still
+    above the growing one".
+    """
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if before(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 class _Plan:
@@ -193,23 +217,7 @@ class _Plan:
 
     def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
         n = costs.steps
-        sizes = (*costs.state_bytes, *costs.tape_bytes)
-        integral = all(isinstance(x, Integral) for x in (*sizes, memory))
-        unit = 0
-        if integral:
-            for x in sizes:
-                unit = gcd(unit, int(x))
-        if integral and unit and memory // unit <= levels:
-            self.exact = True
-            budget = int(memory) // unit
-            su = [int(x) // unit for x in costs.state_bytes]
-            tu = [int(x) // unit for x in costs.tape_bytes]
-        else:
-            self.exact = not any(sizes)  # all sizes zero: nothing to round
-            budget = levels
-            scale = Fraction(levels) / Fraction(memory) if memory else Fraction(0)
-            su = [ceil(Fraction(x) * scale) for x in costs.state_bytes]
-            tu = [ceil(Fraction(x) * scale) for x in costs.tape_bytes]
+        self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget, self.su, self.tu = budget, su, tu
         self.r = r = costs.reverse_time
         self.fp = fp = _prefix(costs.forward_time)
@@ -255,11 +263,10 @@ class _Plan:
                         if k0 >= top:
                             continue
                         left, right = D[a][j], D[j][b]
-                        row[k0:top] = map(
-                            min,
-                            row[k0:top],
-                            [fa + x + y for x, y in zip(left[k0:top], right[k0 - sa : top - sa])],
-                        )
+                        row[k0:top] = [
+                            v if v <= (w := fa + x + y) else w
+                            for v, x, y in zip(row[k0:top], left[k0:top], right[k0 - sa : top - sa])
+                        ]
                         if k0 < first:
                             first = k0
                 D[a][b] = array("d", row)
@@ -293,6 +300,127 @@ class _Plan:
                 if value < best:
                     best, choice = value, j
         return choice
+
+
+class _UniformPlan:
+    """The same programme for a chain of identical steps, where segments differ only by length.
+
+    ``D_L[k]`` stands for ``D(a, a + L, k)`` whatever ``a``, the splits are
+    ``D_L = min(r + D_{L-1}[k - t], min over i of (i f + D_i[k]) + D_{L-i}[k - s])``,
+    and the work is ``O(n^2 levels / 2)`` additions instead of ``O(n^3 levels / 6)``.
+    A split that advances ``i`` steps costs at least ``i f + L r`` (every step is
+    taped once), so splits are only tried while that bound beats the best so far.
+    """
+
+    def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
+        n = costs.steps
+        self.exact, budget, su, tu = _units(costs, memory, levels)
+        self.budget = K = budget
+        self.s, self.t = s, t = su[0], tu[0]
+        self.r = r = costs.reverse_time[0]
+        f = costs.forward_time[0]
+        # cols[k][L] = D_L[k]; adv[k][i] = i f + D_i[k] (a left part and the advance over it)
+        self.cols = cols = [[0.0] for _ in range(K + 1)]
+        self.adv = adv = [[0.0] for _ in range(K + 1)]
+        first = [0]  # first[L]: the lowest feasible level for L steps (K + 1: none)
+        for length in range(1, n + 1):
+            hi = min(K + 1, length * t)  # from level length * t on, store all
+            floor = length * r
+            lowest = hi if hi <= K else K + 1
+            if length > 1:
+                lowest = min(
+                    lowest,
+                    t + first[length - 1],
+                    *(max(s + first[length - i], first[i]) for i in range(1, length)),
+                )
+            for k in range(K + 1):
+                if k < lowest:
+                    value = _INF
+                elif k >= hi:
+                    value = floor
+                else:
+                    value = r + cols[k - t][length - 1] if k >= t else _INF
+                    if k >= s:
+                        most = length - 1  # the longest advance worth trying
+                        if f > 0 and value < _INF:
+                            most = min(most, int((value - floor) / f))
+                        if most >= 1:
+                            split = min(
+                                map(
+                                    add,
+                                    adv[k][1 : most + 1],
+                                    cols[k - s][length - 1 : length - 1 - most : -1],
+                                )
+                            )
+                            if split < value:
+                                value = split
+                cols[k].append(value)
+                adv[k].append(length * f + value)
+            first.append(lowest)
+        self.feasible = first[n] <= K
+
+    def after_tape(self, a: int, budget: int) -> int:
+        return budget - self.t
+
+    def after_store(self, a: int, budget: int) -> int:
+        return budget - self.s
+
+    def choose(self, a: int, b: int, k: int) -> int:
+        """The first move the table says is best for ``b - a`` steps at level ``k``."""
+        length, s, t = b - a, self.s, self.t
+        if k >= length * t:
+            return a
+        cols, target = self.cols, self.cols[k][length]
+        best, choice = _INF, None
+        if k >= t:
+            best, choice = self.r + cols[k - t][length - 1], a
+            if best == target:
+                return a
+        if k >= s:
+            adv, right = self.adv[k], cols[k - s]
+            for i in range(1, length):
+                value = adv[i] + right[length - i]
+                if value == target:
+                    return a + i
+                if value < best:
+                    best, choice = value, a + i
+        return choice
+
+
+def _uniform(costs: ChainCosts) -> bool:
+    """Whether every step costs the same (the state after the last one is never stored)."""
+    n = costs.steps
+    return all(
+        len(set(values)) == 1
+        for values in (
+            costs.forward_time,
+            costs.reverse_time,
+            costs.state_bytes[:n],
+            costs.tape_bytes,
+        )
+    )
+
+
+def _units(costs: ChainCosts, memory, levels: int):
+    """``(exact, budget, state units, tape units)``: the sizes on the programme's levels.
+
+    Exact when every size is an integer and their gcd ``g`` gives at most
+    ``levels`` levels; otherwise the unit is ``memory / levels`` and sizes are
+    rounded up (exact rational arithmetic, so the rounding never goes down).
+    """
+    sizes = (*costs.state_bytes, *costs.tape_bytes)
+    unit = 0
+    if all(isinstance(x, Integral) for x in (*sizes, memory)):
+        for x in sizes:
+            unit = gcd(unit, int(x))
+        if unit and memory // unit <= levels:
+            su = [int(x) // unit for x in costs.state_bytes]
+            tu = [int(x) // unit for x in costs.tape_bytes]
+            return True, int(memory) // unit, su, tu
+    scale = Fraction(levels) / Fraction(memory) if memory else Fraction(0)
+    su = [ceil(Fraction(x) * scale) for x in costs.state_bytes]
+    tu = [ceil(Fraction(x) * scale) for x in costs.tape_bytes]
+    return not any(sizes), levels, su, tu  # all sizes zero: nothing was rounded
 
 
 def _prefix(values) -> list:
