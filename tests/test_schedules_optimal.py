@@ -440,6 +440,21 @@ def test_mixed_and_optimal_give_store_alls_gradients_bit_for_bit(n):
     assert tapes["optimal"].stats.forward_steps == simulate(Optimal(costs, memory)).forward_steps
 
 
+def test_the_executor_holds_no_more_than_the_plan_predicts():
+    n = 24
+    store_all = rm.Tape()
+    tanh_residual_gradients(store_all, n)
+    tape_bytes = store_all.stats.peak_bytes // n  # store-all holds every step's tape
+    costs = ChainCosts.uniform(n, 1.0, 3.0, 3 * 6 * 8, tape_bytes)  # the state is 3x6 float64
+    for extra in (0, 1, 500, 2000):
+        memory = minimum_bytes(costs) + extra
+        plan = Optimal(costs, memory)
+        tape = rm.Tape(schedule=plan)
+        tanh_residual_gradients(tape, n)
+        assert tape.stats.peak_bytes <= plan.predicted_peak_bytes <= memory
+        assert tape.stats.forward_steps == simulate(plan).forward_steps
+
+
 def test_mixed_needs_a_budget_on_a_tape():
     with pytest.raises(ValueError, match="needs a budget"):
         rm.Tape(schedule="mixed")

@@ -51,12 +51,12 @@ between the true minimum and the rounded one is planned again with twice the
 levels, up to 2**14.
 
 Cost of planning.  ``O(n^3 levels / 6)`` additions and ``O(n^2 levels)``
-memory for a heterogeneous chain: on this 2-core machine, about 0.8 s for
-``n = 100`` at 128 levels, 7 s for ``n = 200``; the cubic term is the search
+memory for a heterogeneous chain: on this 2-core machine, about 0.9 s for
+``n = 100`` at 128 levels, 8 s for ``n = 200``; the cubic term is the search
 over every split of every segment, which vectorising over levels does not
 remove (``n = 1000`` would take of the order of 15 minutes).  When all steps
 are alike (``tape.loop``), segments differ only by their length and the
-programme is ``O(n^2 levels / 2)``: about 3.5 s for ``n = 1000`` at 128
+programme is ``O(n^2 levels / 2)``: about 2.7 s for ``n = 1000`` at 128
 levels.  Splits that cannot beat the best time found so far (a split that
 advances over ``F`` seconds of steps costs at least ``F`` plus every step's
 ``reverse_time``) are skipped.  A budget that fits every tape at once needs no
