@@ -366,12 +366,23 @@ def test_peak_never_exceeds_the_budget_even_when_sizes_are_rounded(seed, n, frac
         [rng.uniform(1, 3000) for _ in range(n)],
     )
     least = minimum_bytes(costs)
-    memory = least + fraction * (sum(costs.tape_bytes) - least) + 1
+    memory = least * 1.02 + fraction * (sum(costs.tape_bytes) - least)
     plan = Optimal(costs, memory, levels=levels)
     result = check(plan, costs)
     assert result.peak_bytes == plan.predicted_peak_bytes <= memory
     assert result.time == pytest.approx(plan.predicted_time)
     assert result.time >= sum(costs.reverse_time) * (1 - 1e-12)
+
+
+def test_a_budget_just_above_the_minimum_is_planned_with_finer_levels():
+    rng = random.Random(5)
+    costs = ChainCosts(
+        [1.0] * 12, [3.0] * 12, [rng.uniform(1, 999) for _ in range(13)], [2500.5] * 12
+    )
+    need = minimum_bytes(costs)
+    plan = Optimal(costs, need * 1.0001, levels=4)
+    assert plan.levels > 4 and not plan.exact
+    assert plan.predicted_peak_bytes <= need * 1.0001
 
 
 def test_a_budget_too_small_says_the_minimum():

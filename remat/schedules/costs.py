@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import isfinite
-from numbers import Real
+from numbers import Integral, Real
 
 _FIELDS = ("forward_time", "reverse_time", "state_bytes", "tape_bytes")
 
@@ -36,7 +36,8 @@ class ChainCosts:
     """Per-step times and sizes of a chain of ``n`` steps (pure data, validated).
 
     ``ChainCosts.uniform(n, ...)`` builds the costs of a loop whose steps are
-    all alike.  The sequences are stored as tuples; ``len(costs)`` is ``n``.
+    all alike.  The sequences are stored as tuples of plain ``int`` (integral
+    inputs, NumPy's included) and ``float``; ``len(costs)`` is ``n``.
     """
 
     forward_time: tuple
@@ -63,7 +64,8 @@ class ChainCosts:
                     raise ValueError(
                         f"ChainCosts: {name}[{i}] must be a finite number >= 0, got {value!r}"
                     )
-            given[name] = values
+            # plain Python numbers: exact integers stay integers (sizes), the rest floats
+            given[name] = tuple(int(v) if isinstance(v, Integral) else float(v) for v in values)
         n = len(given["forward_time"])
         if n == 0:
             raise ValueError("ChainCosts: forward_time is empty; a chain has at least one step")

@@ -47,8 +47,9 @@ optimality: each item held is overestimated by less than ``u``, so the plan is
 at least as fast as the best plan for ``memory - h * u`` bytes, ``h`` being the
 most items (slots plus tapes) that plan holds at once; with the default 128
 levels and ``h = 10``, the plan is optimal for a budget 8% smaller.  A budget
-between the true minimum and the rounded one is planned again with twice the
-levels, up to 2**14.
+between the true minimum and the rounded one is planned again with more
+levels (enough for a unit of a third of the slack, at least twice as many,
+at most 2**14).
 
 Cost of planning.  ``O(n^3 levels / 6)`` additions and ``O(n^2 levels)``
 memory for a heterogeneous chain: on this 2-core machine, about 0.9 s for
@@ -78,7 +79,7 @@ from .simulate import simulate
 from .splits import split_actions
 
 _INF = float("inf")
-_MAX_LEVELS = 1 << 14
+_MAX_LEVELS = 1 << 14  # a budget lost to rounding is planned again with up to this many
 
 
 class Optimal:
@@ -111,17 +112,23 @@ class Optimal:
         self._plan = None  # None: store all
         if sum(costs.tape_bytes) > memory:
             levels = int(levels)
+            limit = max(levels, _MAX_LEVELS)
             kind = _UniformPlan if _uniform(costs) else _Plan
             while True:
                 plan = kind(costs, memory, levels)
-                if plan.feasible or plan.exact or levels >= _MAX_LEVELS:
+                if plan.feasible or plan.exact or levels >= limit:
                     break
-                levels *= 2  # the rounding ate the slack above the minimum
+                # the rounding ate the slack above the minimum: a unit of a third of the
+                # slack lets a plan of three items (a state, a tape, the step reversed) fit;
+                # with no slack, only exact sizes can (integers, at their gcd as the unit)
+                slack = memory - need
+                finer = ceil(3 * memory / slack) if slack else limit
+                levels = min(limit, max(2 * levels, finer))
             if not plan.feasible:
                 raise ValueError(
                     f"Optimal: memory={memory!r} bytes is within rounding of the minimum, "
                     f"{need!r} bytes, and {levels} levels do not resolve it; give a few more "
-                    "bytes"
+                    "bytes or more levels"
                 )
             self._plan = plan
         self.levels = levels
