@@ -440,6 +440,7 @@ def test_mixed_and_optimal_give_store_alls_gradients_bit_for_bit(n):
     memory = minimum_bytes(costs) + 2 * 3 * 6 * 8
     tapes = {
         "mixed": rm.Tape(schedule="mixed", snapshots=3),
+        "mixed object": rm.Tape(schedule=Mixed(n, 3)),
         "optimal": rm.Tape(schedule=Optimal(costs, memory)),
     }
     for name, tape in tapes.items():
@@ -493,7 +494,7 @@ def full_scan_minimum(costs):
     uniform=st.booleans(),
     data=st.data(),
 )
-def test_minimum_bytes_bisection_equals_the_full_scan(n, uniform, data):
+def test_minimum_bytes_equals_a_plain_full_scan(n, uniform, data):
     size = st.sampled_from([0, 1, 7, 50]) | st.integers(0, 99)
     if uniform:
         costs = ChainCosts.uniform(n, 1, 1, data.draw(size), data.draw(size))
