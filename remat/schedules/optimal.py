@@ -135,7 +135,10 @@ class Optimal:
             self._plan = plan
         self.levels = levels
         self.exact = self._plan is None or self._plan.exact
-        self.snapshots = _peak_slots(iter(self))
+        self._choices = {}  # (a, b, level) -> first move, for the segments the plan visits
+        self.snapshots = _peak_slots(self._actions(self._record))
+        if self._plan is not None:
+            self._plan.release()  # the table is O(n^2 levels); the choices are all it needs
         result = simulate(self, costs)
         self.predicted_time = result.time
         self.predicted_peak_bytes = result.peak_bytes
@@ -144,12 +147,20 @@ class Optimal:
         return f"Optimal(steps={self.steps}, memory={self.memory!r})"
 
     def __iter__(self) -> Iterator[Action]:
+        return self._actions(self._replay)
+
+    def _actions(self, choose) -> Iterator[Action]:
         plan = self._plan
         if plan is None:
             return split_actions(self.steps, 0, _tape, _same, _same)
-        return split_actions(
-            self.steps, plan.budget, plan.choose, plan.after_tape, plan.after_store
-        )
+        return split_actions(self.steps, plan.budget, choose, plan.after_tape, plan.after_store)
+
+    def _record(self, a: int, b: int, level: int) -> int:
+        move = self._choices[a, b, level] = self._plan.choose(a, b, level)
+        return move
+
+    def _replay(self, a: int, b: int, level: int) -> int:
+        return self._choices[a, b, level]
 
 
 def _tape(a: int, b: int, budget) -> int:
@@ -284,6 +295,10 @@ class _Plan:
         self.D, self.lo = D, lo
         self.feasible = lo[0][n] <= K
 
+    def release(self) -> None:
+        """Drop the table once the plan's choices are recorded."""
+        self.D = self.lo = None
+
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.tu[a]
 
@@ -368,6 +383,10 @@ class _UniformPlan:
                 adv[k].append(length * f + value)
             first.append(lowest)
         self.feasible = first[n] <= K
+
+    def release(self) -> None:
+        """Drop the table once the plan's choices are recorded."""
+        self.cols = self.adv = None
 
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.t
