@@ -9,7 +9,7 @@ is skipped with the reason.  Timings are the median of a few repeats of
 from a separate, untimed pass, as does remat's peak memory while iterating
 (tracemalloc), which stays O(s).
 
-    python -m benchmarks.bench_schedules            # full run (about 1-2 min)
+    python -m benchmarks.bench_schedules            # full run (about 2-3 min)
     python -m benchmarks.bench_schedules --quick    # tiny sizes, a smoke test
 
 A second table times the memory + disk plans (DiskRevolve, TwoLevel) at
@@ -17,6 +17,14 @@ n = 10**4 and 10**5: the cost tables (the plan), then iterating the actions,
 with the optimal cost next to the one simulate counts, and a third compares
 their costs and times with checkpoint_schedules' HRevolve and DiskRevolve
 on the same (n, ram, disk) cases at n = 1000 and 3000 (its plans grow as n**2).
+A second table times *planning* for byte budgets, n = 100, 1000, 10000:
+building Mixed's table of M(n, 10), and Optimal's dynamic programme on a
+chain of identical steps (as tape.loop measures it) and on a heterogeneous
+chain (seeded random times and sizes), each at a budget 10% of the way from
+the minimum to store-all, with 128 levels.  The heterogeneous programme is
+cubic in n and the uniform one quadratic: sizes above --optimal-max and
+--uniform-max are not run, and their cell gives the time extrapolated from
+the largest size run.
 
 Peers: pip install checkpoint-schedules pyrevolve
 """
@@ -24,6 +32,7 @@ Peers: pip install checkpoint-schedules pyrevolve
 from benchmarks.common import environment, skip, table  # noqa: I001
 
 import argparse
+import random
 import statistics
 import time
 import tracemalloc
@@ -31,13 +40,17 @@ import tracemalloc
 from remat.schedules import (
     DISK,
     Advance,
+    ChainCosts,
     DiskRevolve,
+    Optimal,
     Revolve,
     Tape,
     TwoLevel,
+    minimum_bytes,
     optimal_forward_steps,
     simulate,
 )
+from remat.schedules.mixed import _tables, mixed_forward_steps
 
 DISK_CASES = (  # (class, arguments after steps)
     (DiskRevolve, (10, 2, 2)),
@@ -225,7 +238,58 @@ def median_seconds(run, n: int, s: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def run(quick=False, repeats=3, pyrevolve_max=10**5):
+def uniform_chain(n: int) -> ChainCosts:
+    """A loop of identical steps: a taped step and its reversal cost 3 advances."""
+    return ChainCosts.uniform(n, 1.0, 3.0, 4096, 3 * 4096 + 512)
+
+
+def heterogeneous_chain(n: int, seed: int = 0) -> ChainCosts:
+    """Seeded random layers: states of 4, 8 or 16 KiB, tapes 2-4x their input state."""
+    rng = random.Random(seed)
+    forward = [rng.uniform(0.5, 2.0) for _ in range(n)]
+    state = [rng.choice((1, 2, 4)) * 4096 for _ in range(n + 1)]
+    tape = [int(state[i] * rng.uniform(2.0, 4.0)) for i in range(n)]
+    return ChainCosts(forward, [3 * f for f in forward], state, tape)
+
+
+def plan_once(costs: ChainCosts):
+    """Seconds to plan at 10% of the way from the minimum budget to store-all, and the plan."""
+    least = minimum_bytes(costs)
+    memory = int(least + 0.1 * (sum(costs.tape_bytes) - least))
+    start = time.perf_counter()
+    plan = Optimal(costs, memory)
+    return time.perf_counter() - start, plan
+
+
+def planning(sizes, optimal_max, uniform_max):
+    """Rows of the planning table: seconds for Mixed's table and Optimal's programme."""
+    rows, last = [], {}
+    for n in sizes:
+        _tables.cache_clear()
+        start = time.perf_counter()
+        m = mixed_forward_steps(n, 10)
+        cells = [n, f"{time.perf_counter() - start:.3f} (M = {m})"]
+        for kind, make, limit, power in (
+            ("uniform", uniform_chain, uniform_max, 2),
+            ("heterogeneous", heterogeneous_chain, optimal_max, 3),
+        ):
+            if n > limit:
+                if kind in last:
+                    m0, t0 = last[kind]
+                    cells.append(f"not run (~{t0 * (n / m0) ** power:.0f} s by n^{power} scaling)")
+                else:
+                    cells.append("not run")
+                continue
+            costs = make(n)
+            seconds, plan = plan_once(costs)
+            last[kind] = (n, seconds)
+            ratio = plan.predicted_time / sum(costs.reverse_time)
+            cells.append(f"{seconds:.3f} ({ratio:.2f}x store-all time, {plan.snapshots} slots)")
+        rows.append(cells)
+    return rows
+
+
+def run(quick=False, repeats=3, pyrevolve_max=10**5, optimal_max=200, uniform_max=1000):
     """The comparison as markdown (pyrevolve needs about a minute a case at 10**6)."""
     sizes = (100, 1000) if quick else (10**4, 10**5, 10**6)
     peers = load_peers()
@@ -283,6 +347,14 @@ def run(quick=False, repeats=3, pyrevolve_max=10**5):
         "disk writes / reads",
         "disk slots used",
     ]
+    plan_sizes = (10, 30) if quick else (100, 200, 1000, 10000)
+    plan_rows = planning(plan_sizes, optimal_max, uniform_max)
+    plan_headers = [
+        "n",
+        "Mixed table s (M(n, 10))",
+        "Optimal, identical steps: s",
+        "Optimal, heterogeneous: s",
+    ]
     return "\n".join(
         [
             "## Schedule generation (`python -m benchmarks schedules`)",
@@ -317,6 +389,12 @@ def run(quick=False, repeats=3, pyrevolve_max=10**5):
                 disk_peer_rows((21, 100) if quick else (1000, 3000)),
             ),
             "",
+            "Seconds to plan for a byte budget (one run each; budget 10% of the way from "
+            "`minimum_bytes` to store-all; 128 levels). Mixed builds its table of M(n, 10) "
+            "from scratch.",
+            "",
+            table(plan_headers, plan_rows),
+            "",
         ]
     )
 
@@ -331,5 +409,17 @@ if __name__ == "__main__":
         default=10**5,
         help="largest n given to pyrevolve (it needs about a minute at 10**6)",
     )
+    parser.add_argument(
+        "--optimal-max",
+        type=int,
+        default=200,
+        help="largest heterogeneous chain planned with Optimal (cubic: n = 1000 takes ~15 min)",
+    )
+    parser.add_argument(
+        "--uniform-max",
+        type=int,
+        default=1000,
+        help="largest chain of identical steps planned with Optimal (quadratic)",
+    )
     args = parser.parse_args()
-    print(run(args.quick, args.repeats, args.pyrevolve_max))
+    print(run(args.quick, args.repeats, args.pyrevolve_max, args.optimal_max, args.uniform_max))

@@ -68,7 +68,7 @@ class Policy:
         return schedules.Online(snapshots=self.snapshots)
 
 
-NEEDS_A_BUDGET = ("revolve", "online", "periodic")
+NEEDS_A_BUDGET = ("revolve", "online", "periodic", "mixed")
 
 
 def resolve_policy(snapshots, schedule):

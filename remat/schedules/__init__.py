@@ -14,8 +14,15 @@ executor carries out.  Pure Python: no array library is imported here.
   (``level="disk"``, :data:`DISK`) that cost ``write_cost`` / ``read_cost``
   (Aupy et al. 2016; Herrmann and Pallez 2020), with their optimal costs
   :func:`disk_revolve_cost` and :func:`two_level_cost` (:mod:`.disk`).
+* :class:`Mixed` - mixed checkpointing (Maddison 2024): a slot holds a state
+  or one step's tape; :func:`mixed_forward_steps` is its optimum ``M(n, s)``.
+* :class:`Optimal` - the least-time schedule for a heterogeneous chain
+  (:class:`ChainCosts`: per-step times and bytes) under a byte budget, by the
+  dynamic programme of Beaumont et al. (rotor); :func:`minimum_bytes` is the
+  smallest budget it can plan for.
 
-:func:`simulate` checks a schedule and counts its cost; :mod:`.binomial` holds
+:func:`simulate` checks a schedule and counts its cost (and, given a
+:class:`ChainCosts`, its time and peak bytes); :mod:`.binomial` holds
 the formulas (:func:`beta`, :func:`repetition_number`,
 :func:`optimal_forward_steps`).
 """
@@ -36,9 +43,12 @@ from .actions import (
 )
 from .binomial import beta, optimal_forward_steps, repetition_number
 from .catalog import SCHEDULE_NAMES, make_schedule
+from .costs import ChainCosts
 from .disk import DiskRevolve, TwoLevel, disk_revolve_cost, two_level_cost
+from .mixed import Mixed, mixed_forward_steps
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
+from .optimal import Optimal, minimum_bytes
 from .revolve import Revolve
 from .simulate import ScheduleError, Simulation, simulate
 
@@ -48,12 +58,15 @@ __all__ = [
     "SCHEDULE_NAMES",
     "Action",
     "Advance",
+    "ChainCosts",
     "Discard",
     "DiskRevolve",
     "End",
     "EndForward",
     "Free",
+    "Mixed",
     "Online",
+    "Optimal",
     "Periodic",
     "Restore",
     "Reverse",
@@ -68,6 +81,8 @@ __all__ = [
     "beta",
     "disk_revolve_cost",
     "make_schedule",
+    "minimum_bytes",
+    "mixed_forward_steps",
     "optimal_forward_steps",
     "repetition_number",
     "simulate",

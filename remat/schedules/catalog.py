@@ -9,11 +9,12 @@ out, so that a budget is never silently ignored.
 from __future__ import annotations
 
 from .arguments import require_count
+from .mixed import Mixed
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
 from .revolve import Revolve
 
-SCHEDULE_NAMES = ("store_all", "sqrt", "periodic", "revolve", "online")
+SCHEDULE_NAMES = ("store_all", "sqrt", "periodic", "revolve", "online", "mixed")
 
 
 def make_schedule(name: str, steps: int | None = None, snapshots: int | None = None):
@@ -24,6 +25,7 @@ def make_schedule(name: str, steps: int | None = None, snapshots: int | None = N
         "periodic": ("steps", "snapshots"),
         "revolve": ("steps", "snapshots"),
         "online": ("snapshots",),
+        "mixed": ("steps", "snapshots"),
     }.get(name)
     if uses is None:
         raise ValueError(
@@ -49,4 +51,6 @@ def make_schedule(name: str, steps: int | None = None, snapshots: int | None = N
         return Periodic(n, -(-n // (s + 1)))
     if name == "revolve":
         return Revolve(steps, snapshots)
+    if name == "mixed":
+        return Mixed(steps, snapshots)
     return Online(snapshots)

@@ -12,6 +12,8 @@ Two storage levels: memory slots are bounded by ``schedule.snapshots``; a
 schedule that has a ``disk_snapshots`` attribute may also use
 ``level="disk"`` slots, at most that many (``None``: unbounded).  ``writes``
 and ``reads`` count Snapshots and Restores by level.
+Given a :class:`~.costs.ChainCosts`, it also prices the schedule under the
+byte model of :mod:`.costs`: ``time`` and ``peak_bytes`` (see :class:`_Meter`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .actions import (
     Tape,
 )
 from .arguments import require_count
+from .costs import ChainCosts
 
 
 class ScheduleError(ValueError):
@@ -46,7 +49,14 @@ class Simulation:
     memory slots in use at once and ``peak_tapes`` the most taped steps alive at
     once.  ``writes`` and ``reads`` map each storage level to its Snapshots and
     Restores (``{"memory": ..., "disk": ...}``); ``peak_disk_snapshots`` is the
-    most disk slots in use at once.
+    most disk slots in use at once.  ``peak_held`` is the most slots in use
+    plus taped steps alive at the same moment (the count that mixed
+    checkpointing bounds by ``s + 1``).
+
+    With costs, ``time`` is the sum of ``forward_time[i]`` over every untaped
+    evaluation and ``reverse_time[i]`` over every taped one, and ``peak_bytes``
+    the most bytes held at once (states in slots plus tapes held, each step's
+    tape counted as ``tape_bytes[i]``); without costs both are None.
     """
 
     steps: int
@@ -60,16 +70,31 @@ class Simulation:
     writes: dict = field(default_factory=lambda: {MEMORY: 0, DISK: 0})
     reads: dict = field(default_factory=lambda: {MEMORY: 0, DISK: 0})
     peak_disk_snapshots: int = 0
+    peak_held: int = 0
+    peak_bytes: float | None = None
+    time: float | None = None
 
 
-def simulate(schedule, steps: int | None = None) -> Simulation:
+def simulate(schedule, steps: int | None = None, costs: ChainCosts | None = None) -> Simulation:
     """Validate ``schedule`` action by action and count its cost.
 
     ``steps`` is required for an online schedule (``schedule.steps is None``):
     the simulated loop ends after that many steps, and ``finish`` is called
     right after the ``Tape`` that produces ``x_steps``.  For other schedules it
     may be given and must then equal ``schedule.steps``.
+
+    ``costs`` (a :class:`~.costs.ChainCosts` of the loop's length) adds
+    ``time`` and ``peak_bytes`` to the result; it may also be passed in place
+    of ``steps``, as in ``simulate(Optimal(costs, memory), costs)``.
     """
+    if isinstance(steps, ChainCosts):
+        if costs is not None:
+            raise ValueError("simulate: costs given twice")
+        steps, costs = None, steps
+    if costs is not None and not isinstance(costs, ChainCosts):
+        raise ValueError(f"simulate: costs must be a ChainCosts, got {costs!r}")
+    if steps is None and costs is not None and getattr(schedule, "steps", 0) is None:
+        steps = costs.steps  # an online schedule's loop is as long as the costs say
     if not all(hasattr(schedule, a) for a in ("__iter__", "steps", "snapshots")):
         raise ValueError(
             f"simulate: {schedule!r} is not a schedule (an iterable of actions with "
@@ -86,9 +111,12 @@ def simulate(schedule, steps: int | None = None) -> Simulation:
         n = schedule.steps
         if steps is not None and steps != n:
             raise ValueError(f"simulate: steps={steps!r} contradicts {schedule!r} (steps={n})")
+    if costs is not None and costs.steps != n:
+        raise ValueError(f"simulate: the costs describe {costs.steps} steps but the loop has {n}")
     run = _Run(n, schedule.snapshots)
     if hasattr(schedule, "disk_snapshots"):
         run.budgets[DISK] = schedule.disk_snapshots
+    meter = _Meter(costs)
     actions = iter(schedule)
     finish = getattr(actions, "finish", None)
     index = -1
@@ -96,6 +124,7 @@ def simulate(schedule, steps: int | None = None) -> Simulation:
         if run.ended:
             run.fail(index, action, "the schedule went on after End()", "End() is last")
         run.apply(index, action)
+        meter.apply(action)
         if finish is not None and run.current == n and not run.forward_over:
             finish(n)
             finish = None
@@ -116,7 +145,64 @@ def simulate(schedule, steps: int | None = None) -> Simulation:
         writes=dict(run.writes),
         reads=dict(run.reads),
         peak_disk_snapshots=run.peak_disk,
+        peak_held=meter.peak_held,
+        peak_bytes=meter.peak_bytes,
+        time=meter.time,
     )
+
+
+class _Meter:
+    """What a valid schedule holds and spends, action by action (after _Run's checks).
+
+    Counts slots plus tapes held at each moment; with costs, also the bytes
+    held (``state_bytes`` of each slot's state, ``tape_bytes`` of each taped
+    step) and the time spent.  The peaks are taken after every action: within
+    one action holdings only grow (Tape) or only shrink (Reverse, Discard).
+    """
+
+    def __init__(self, costs: ChainCosts | None) -> None:
+        self.costs = costs
+        self.slots: dict[tuple[int, str], int] = {}  # (slot, level) -> position
+        self.tapes = 0
+        self.peak_held = 0
+        self.bytes = 0
+        self.peak_bytes = None if costs is None else 0
+        self.time = None if costs is None else 0
+
+    def apply(self, action) -> None:
+        kind, costs = type(action), self.costs
+        if kind is Advance:
+            if costs is not None:
+                self.time += sum(costs.forward_time[action.start : action.stop])
+            return
+        if kind is Tape or kind is Reverse or kind is Discard:
+            start, stop = action
+            grows = kind is Tape
+            self.tapes += (stop - start) if grows else start - stop
+            if costs is not None:
+                held = sum(costs.tape_bytes[start:stop])
+                self.bytes += held if grows else -held
+                if grows:
+                    self.time += sum(costs.reverse_time[start:stop])
+        elif kind is Snapshot:
+            step, slot, level = action
+            old = self.slots.get((slot, level))
+            if old is not None and costs is not None:
+                self.bytes -= costs.state_bytes[old]
+            self.slots[(slot, level)] = step
+            if costs is not None:
+                self.bytes += costs.state_bytes[step]
+        elif kind is Free:
+            step = self.slots.pop(tuple(action))
+            if costs is not None:
+                self.bytes -= costs.state_bytes[step]
+        else:
+            return
+        held = len(self.slots) + self.tapes
+        if held > self.peak_held:
+            self.peak_held = held
+        if costs is not None and self.bytes > self.peak_bytes:
+            self.peak_bytes = self.bytes
 
 
 def _describe(steps) -> str:

@@ -1,0 +1,534 @@
+"""Byte budgets: ChainCosts, simulate's time and peak bytes, Mixed, Optimal.
+
+The optimality checks compare against independent searches written here: a
+naive recursion for Maddison's M(n, s), and a shortest-path search over every
+valid action sequence of a tiny chain (no Discard), with and without the
+persistence rule under which Optimal's dynamic programme is exact.
+"""
+
+import heapq
+import random
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import remat as rm
+from remat.schedules import (
+    SCHEDULE_NAMES,
+    Advance,
+    ChainCosts,
+    End,
+    EndForward,
+    Free,
+    Mixed,
+    Optimal,
+    Restore,
+    Reverse,
+    Revolve,
+    Snapshot,
+    StoreAll,
+    Tape,
+    make_schedule,
+    minimum_bytes,
+    mixed_forward_steps,
+    optimal_forward_steps,
+    simulate,
+)
+
+# --- independent references ------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def naive_m(n, s):
+    """Maddison's recursion, as printed in the issue."""
+    if n <= s + 1:
+        return n
+    if s == 1:
+        return n * (n + 1) // 2 - 1
+    return min(
+        [1 + naive_m(n - 1, s - 1)]
+        + [i + naive_m(i, s) + naive_m(n - i, s - 1) for i in range(2, n)]
+    )
+
+
+def search(costs, memory, persistent):
+    """Least time over all valid schedules of a tiny chain (Dijkstra over executor states).
+
+    A state of the search is (current position or -1, stored positions, taped
+    steps, next step to reverse, forward sweep over).  Moves are one-step
+    Advance and Tape, Snapshot, Restore, Free, EndForward and Reverse; the
+    bytes held (stored states + tapes) must stay within ``memory``.  With
+    ``persistent``, a stored x_p may be released only once step p is taped, or
+    in the move that tapes step p from it.  Returns None if nothing fits.
+    """
+    f, r = costs.forward_time, costs.reverse_time
+    s, t = costs.state_bytes, costs.tape_bytes
+    n = costs.steps
+    start = (0, frozenset(), frozenset(), n - 1, False)
+    best = {start: 0}
+    heap = [(0, 0, start)]
+    tie = 1
+    while heap:
+        time, _, key = heapq.heappop(heap)
+        if best[key] != time:
+            continue
+        current, stored, taped, nxt, over = key
+        if nxt < 0:
+            return time
+        moves = []
+        if 0 <= current < n:
+            moves.append((f[current], (current + 1, stored, taped, nxt, over)))
+            if current not in taped and current <= nxt:
+                moves.append((r[current], (current + 1, stored, taped | {current}, nxt, over)))
+                if current in stored:  # tape it and release x_current together
+                    release = stored - {current}
+                    moves.append((r[current], (current + 1, release, taped | {current}, nxt, over)))
+        if current >= 0 and current not in stored:
+            moves.append((0, (current, stored | {current}, taped, nxt, over)))
+        for p in stored:
+            moves.append((0, (p, stored, taped, nxt, over)))
+            if not persistent or p > nxt or p in taped:
+                moves.append((0, (current, stored - {p}, taped, nxt, over)))
+        if not over and current == n and n - 1 in taped:
+            moves.append((0, (current, stored, taped, nxt, True)))
+        if over and nxt in taped:
+            moves.append((0, (-1, stored, taped - {nxt}, nxt - 1, over)))
+        for cost, new in moves:
+            held = sum(s[p] for p in new[1]) + sum(t[i] for i in new[2])
+            if held <= memory and time + cost < best.get(new, float("inf")):
+                best[new] = time + cost
+                heapq.heappush(heap, (time + cost, tie, new))
+                tie += 1
+    return None
+
+
+def least_memory(costs, persistent=True):
+    memory = 0
+    while search(costs, memory, persistent) is None:
+        memory += 1
+    return memory
+
+
+def random_chain(rng, n, sizes=(1, 8)):
+    f = [rng.randint(1, 5) for _ in range(n)]
+    r = [x + rng.randint(0, 5) for x in f]  # taping and reversing costs at least an advance
+    s = [rng.randint(*sizes) for _ in range(n + 1)]
+    t = [rng.randint(*sizes) + rng.randint(0, 6) for _ in range(n)]
+    return ChainCosts(f, r, s, t)
+
+
+chains = st.builds(
+    lambda seed, n: random_chain(random.Random(seed), n),
+    st.integers(0, 10**9),
+    st.integers(1, 4),
+)
+
+
+def check(schedule, costs=None):
+    """simulate validates every rule; return its result."""
+    result = simulate(schedule, costs)
+    assert result.reversed_steps == schedule.steps
+    assert result.peak_snapshots <= schedule.snapshots
+    return result
+
+
+# --- ChainCosts -----------------------------------------------------------------
+
+
+def test_chain_costs_holds_tuples_and_compares():
+    costs = ChainCosts([1, 2], [3, 4], [5, 6, 7], [8, 9])
+    assert costs.steps == len(costs) == 2
+    assert costs.state_bytes == (5, 6, 7) and costs.tape_bytes == (8, 9)
+    assert costs == ChainCosts((1, 2), (3, 4), (5, 6, 7), (8, 9))
+    assert costs != ChainCosts([1, 2], [3, 4], [5, 6, 7], [8, 10])
+    assert ChainCosts.uniform(3, 1.0, 2.0, 4, 12) == ChainCosts(
+        [1.0] * 3, [2.0] * 3, [4] * 4, [12] * 3
+    )
+    with pytest.raises(AttributeError):
+        costs.forward_time = (0, 0)
+    assert ChainCosts([np.float64(0.5)], [np.int64(1)], [0, 0], [0]).steps == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (([1], [1], [1], [1]), "state_bytes has 1 entries but the chain has n = 1 steps"),
+        (([1, 1], [1], [1, 1, 1], [1, 1]), "reverse_time has 1 entries .* needs n = 2"),
+        (([1], [1], [1, 1], [1, 1]), "tape_bytes has 2 entries .* needs n = 1"),
+        (([1], [-1], [1, 1], [1]), r"reverse_time\[0\] must be a finite number >= 0, got -1"),
+        (([1, 2], [1, 1], [1, 1, "x"], [1, 1]), r"state_bytes\[2\] must be .* got 'x'"),
+        (([1], [1], [1, 1], [True]), r"tape_bytes\[0\] must be .* got True"),
+        (([float("nan")], [1], [1, 1], [1]), r"forward_time\[0\] must be .* got nan"),
+        (([1], [float("inf")], [1, 1], [1]), r"reverse_time\[0\] must be .* got inf"),
+        (([], [], [0], []), "forward_time is empty"),
+        ((5, [1], [1, 1], [1]), "forward_time must be a sequence of numbers, got 5"),
+    ],
+)
+def test_chain_costs_validation_names_field_index_and_value(args, message):
+    with pytest.raises(ValueError, match="ChainCosts: " + message):
+        ChainCosts(*args)
+
+
+# --- simulate with costs ---------------------------------------------------------
+
+
+def test_simulate_prices_a_schedule_by_hand():
+    costs = ChainCosts([1, 10], [100, 1000], [2, 3, 5], [7, 11])
+    # Revolve(2, 1): store x_0, advance 0, tape 1; reverse 1, restore x_0, free, tape 0, reverse 0
+    result = simulate(Revolve(2, 1), costs)
+    assert result.time == 1 + 1000 + 100
+    assert result.peak_bytes == 2 + 11  # x_0 in its slot while step 1's tape is held
+    assert result.peak_held == 2
+    result = simulate(StoreAll(2), costs=costs)
+    assert (result.time, result.peak_bytes, result.peak_held) == (1100, 18, 2)
+    plain = simulate(Revolve(2, 1))
+    assert plain.time is None and plain.peak_bytes is None and plain.peak_held == 2
+
+
+def test_simulate_counts_a_replaced_snapshot_once():
+    class Listed:
+        steps, snapshots = 2, 1
+
+        def __iter__(self):
+            yield from (Snapshot(0, 0), Tape(0, 1), Snapshot(1, 0), Tape(1, 2), EndForward())
+            yield from (Reverse(1, 2), Reverse(0, 1), Free(0), End())
+
+    costs = ChainCosts([1, 1], [10, 100], [4, 6, 1000], [3, 5])
+    result = simulate(Listed(), costs)
+    assert result.peak_bytes == 6 + 3 + 5  # x_1 replaced x_0 in slot 0
+    assert (result.time, result.peak_held) == (110, 3)
+
+
+def test_simulate_costs_arguments():
+    costs = ChainCosts.uniform(5, 1, 2, 1, 1)
+    assert simulate(Revolve(5, 2), costs).time == simulate(Revolve(5, 2), 5, costs).time
+    with pytest.raises(ValueError, match="costs describe 5 steps but the loop has 6"):
+        simulate(Revolve(6, 2), costs)
+    with pytest.raises(ValueError, match="costs must be a ChainCosts"):
+        simulate(Revolve(5, 2), costs=[1, 2])
+    with pytest.raises(ValueError, match="costs given twice"):
+        simulate(Revolve(5, 2), costs, costs=costs)
+    online = simulate(rm.schedules.Online(2), costs)  # the length comes from the costs
+    assert online.steps == 5 and online.time >= 10
+
+
+# --- Mixed ----------------------------------------------------------------------
+
+
+def test_mixed_values_from_the_issue():
+    assert mixed_forward_steps(20, 5) == 38
+    assert mixed_forward_steps(1000, 10) == 3921
+    assert optimal_forward_steps(1000, 10) == 4636  # what revolve needs
+    for n in range(1, 12):
+        assert mixed_forward_steps(n, n) == mixed_forward_steps(n, max(n - 1, 1)) == n
+    for n in range(3, 40):
+        assert mixed_forward_steps(n, 1) == n * (n + 1) // 2 - 1
+
+
+def test_mixed_formula_matches_the_naive_recursion():
+    for s in range(1, 9):
+        for n in range(1, 120):
+            assert mixed_forward_steps(n, s) == naive_m(n, s), (n, s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 300), s=st.integers(1, 25))
+def test_mixed_schedule_reaches_m_and_never_holds_more_than_s_plus_one(n, s):
+    result = check(Mixed(n, s))
+    assert result.forward_steps == mixed_forward_steps(n, s)
+    assert result.peak_held <= s + 1
+    assert result.forward_steps <= optimal_forward_steps(n, s)
+    if n <= s + 1:
+        assert list(Mixed(n, s)) == list(StoreAll(n))
+
+
+@pytest.mark.parametrize("n, s", [(1000, 10), (2000, 4), (500, 30)])
+def test_mixed_large_cases(n, s):
+    result = check(Mixed(n, s))
+    assert result.forward_steps == mixed_forward_steps(n, s) < optimal_forward_steps(n, s)
+    assert result.peak_held <= s + 1
+
+
+def test_mixed_by_name_and_attributes():
+    assert "mixed" in SCHEDULE_NAMES
+    schedule = make_schedule("mixed", 20, 5)
+    assert repr(schedule) == "Mixed(steps=20, snapshots=5)"
+    assert (schedule.steps, schedule.snapshots) == (20, 5)
+    with pytest.raises(ValueError, match="'mixed' needs snapshots"):
+        make_schedule("mixed", 20)
+    with pytest.raises(ValueError, match="Mixed: snapshots must be an integer >= 1, got 0"):
+        Mixed(10, 0)
+    with pytest.raises(ValueError, match="mixed_forward_steps: steps must be"):
+        mixed_forward_steps(0, 3)
+    assert list(Mixed(3, 1)) == [
+        Snapshot(0, 0),
+        Advance(0, 2),
+        Tape(2, 3),
+        EndForward(),
+        Reverse(2, 3),
+        Restore(0, 0),
+        Free(0),
+        Tape(0, 2),
+        Reverse(0, 2),
+        End(),
+    ]
+
+
+# --- Optimal: reductions to the slot models --------------------------------------
+
+
+@pytest.mark.parametrize("n, s", [(1, 1), (2, 1), (7, 1), (10, 2), (20, 3), (33, 4), (40, 6)])
+def test_optimal_with_huge_tapes_is_revolve(n, s):
+    # One tape is s + 1 states: two tapes never fit in s states + one tape, so
+    # the plan is revolve's, and with unit times its time is T(n, s).
+    costs = ChainCosts.uniform(n, 1, 1, 1, s + 1)
+    plan = Optimal(costs, 2 * s + 1)
+    assert plan.exact
+    assert plan.predicted_time == optimal_forward_steps(n, s)
+    assert check(plan, costs).forward_steps == optimal_forward_steps(n, s)
+    assert plan.predicted_peak_bytes <= 2 * s + 1
+
+
+@pytest.mark.parametrize("n, s", [(1, 1), (5, 1), (12, 2), (20, 5), (35, 3), (40, 7)])
+def test_optimal_with_equal_sizes_is_never_worse_than_mixed(n, s):
+    costs = ChainCosts.uniform(n, 1, 1, 1, 1)
+    plan = Optimal(costs, s + 1)  # s slots and the step being reversed
+    result = check(plan, costs)
+    assert plan.predicted_time <= mixed_forward_steps(n, s)
+    assert plan.predicted_time == mixed_forward_steps(n, s)  # the same recursion
+    assert result.peak_held <= s + 1
+
+
+def test_optimal_stores_all_when_everything_fits():
+    costs = ChainCosts([1, 2, 3], [4, 5, 6], [1, 1, 1, 1], [10, 20, 30])
+    plan = Optimal(costs, 60)
+    assert list(plan) == [Tape(0, 3), EndForward(), Reverse(0, 3), End()]
+    assert (plan.predicted_time, plan.predicted_peak_bytes, plan.snapshots) == (15, 60, 0)
+    assert list(Optimal(costs, 59)) != list(plan)
+
+
+# --- Optimal against exhaustive search -------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(costs=chains, extra=st.integers(0, 25))
+def test_optimal_equals_exhaustive_search_on_small_chains(costs, extra):
+    least = least_memory(costs)
+    assert minimum_bytes(costs) == least
+    memory = least + extra
+    plan = Optimal(costs, memory)
+    assert plan.exact
+    result = check(plan, costs)
+    assert result.time == plan.predicted_time == search(costs, memory, persistent=True)
+    assert result.peak_bytes == plan.predicted_peak_bytes <= memory
+    # Without the persistence rule a schedule may be faster, never slower.
+    assert search(costs, memory, persistent=False) <= plan.predicted_time
+
+
+def test_persistence_is_a_real_restriction():
+    # x_1 is tiny and x_2 large: the unrestricted search stores x_1, uses it for
+    # step 2 and frees it, recomputing step 1 from x_0; the DP's class cannot.
+    costs = ChainCosts([1, 1, 2, 1], [1, 2, 7, 3], [1, 1, 3, 6, 4], [3, 4, 8, 7])
+    assert search(costs, 9, persistent=False) == 18
+    assert Optimal(costs, 9).predicted_time == search(costs, 9, persistent=True) == 19
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**9), n=st.integers(1, 9))
+def test_more_memory_never_gives_a_slower_plan(seed, n):
+    costs = random_chain(random.Random(seed), n, sizes=(1, 20))
+    least, most = minimum_bytes(costs), sum(costs.tape_bytes)
+    times = []
+    for memory in range(least, most + 2):
+        plan = Optimal(costs, memory, levels=most + 2)
+        assert plan.exact and plan.predicted_peak_bytes <= memory
+        times.append(plan.predicted_time)
+    assert times == sorted(times, reverse=True)
+    assert times[-1] == sum(costs.reverse_time)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10**9),
+    n=st.integers(1, 25),
+    fraction=st.floats(0, 1),
+    levels=st.sampled_from([1, 4, 32, 128]),
+)
+def test_peak_never_exceeds_the_budget_even_when_sizes_are_rounded(seed, n, fraction, levels):
+    rng = random.Random(seed)
+    costs = ChainCosts(
+        [rng.uniform(0.1, 2) for _ in range(n)],
+        [rng.uniform(2, 6) for _ in range(n)],
+        [rng.uniform(1, 1000) for _ in range(n + 1)],
+        [rng.uniform(1, 3000) for _ in range(n)],
+    )
+    least = minimum_bytes(costs)
+    memory = least * 1.02 + fraction * (sum(costs.tape_bytes) - least)
+    plan = Optimal(costs, memory, levels=levels)
+    result = check(plan, costs)
+    assert result.peak_bytes == plan.predicted_peak_bytes <= memory
+    assert result.time == pytest.approx(plan.predicted_time)
+    assert result.time >= sum(costs.reverse_time) * (1 - 1e-12)
+
+
+def test_a_budget_just_above_the_minimum_is_planned_with_finer_levels():
+    rng = random.Random(5)
+    costs = ChainCosts(
+        [1.0] * 12, [3.0] * 12, [rng.uniform(1, 999) for _ in range(13)], [2500.5] * 12
+    )
+    need = minimum_bytes(costs)
+    plan = Optimal(costs, need * 1.0001, levels=4)
+    assert plan.levels > 4 and not plan.exact
+    assert plan.predicted_peak_bytes <= need * 1.0001
+
+
+def test_a_budget_too_small_says_the_minimum():
+    costs = ChainCosts([1, 1, 1], [2, 2, 2], [4, 4, 4, 4], [10, 12, 10])
+    need = minimum_bytes(costs)
+    assert need == least_memory(costs) == 16  # x_0 and the largest later tape
+    Optimal(costs, need)
+    with pytest.raises(ValueError, match=f"needs at least {need} bytes"):
+        Optimal(costs, need - 1)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (([1, 2], 10), "costs must be a ChainCosts"),
+        ((ChainCosts.uniform(2, 1, 1, 1, 1), -1), "memory must be a number of bytes >= 0"),
+        ((ChainCosts.uniform(2, 1, 1, 1, 1), "2 GB"), "memory must be a number of bytes"),
+        ((ChainCosts.uniform(2, 1, 1, 1, 1), 10, 0), "levels must be an integer >= 1"),
+    ],
+)
+def test_optimal_bad_arguments(args, message):
+    with pytest.raises(ValueError, match="Optimal: " + message):
+        Optimal(*args)
+
+
+def test_optimal_attributes():
+    costs = ChainCosts.uniform(30, 1.0, 3.0, 1000, 3000)
+    plan = Optimal(costs, 12000)
+    assert plan.steps == 30 and plan.snapshots >= 1
+    assert repr(plan) == "Optimal(steps=30, memory=12000)"
+    result = simulate(plan, costs)
+    assert result.peak_snapshots == plan.snapshots
+    assert (result.time, result.peak_bytes) == (plan.predicted_time, plan.predicted_peak_bytes)
+    assert list(plan) == list(plan)  # iterating twice gives the same plan
+
+
+# --- the executor runs them unchanged ---------------------------------------------
+
+
+def tanh_residual_gradients(tape, steps):
+    rng = np.random.default_rng(0)
+    w = rm.tensor(rng.standard_normal((6, 6)) * 0.4, requires_grad=True)
+    h0 = rm.tensor(rng.standard_normal((3, 6)), requires_grad=True)
+    with tape:
+        h = tape.loop(lambda h: h + rm.tanh(h @ w), h0, steps=steps)
+        loss = (h * h).sum()
+    loss.backward()
+    return w.grad, h0.grad
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 24])
+def test_mixed_and_optimal_give_store_alls_gradients_bit_for_bit(n):
+    want = tanh_residual_gradients(rm.Tape(), n)
+    costs = ChainCosts.uniform(n, 1.0, 3.0, 3 * 6 * 8, 3 * 3 * 6 * 8)
+    memory = minimum_bytes(costs) + 2 * 3 * 6 * 8
+    tapes = {
+        "mixed": rm.Tape(schedule="mixed", snapshots=3),
+        "mixed object": rm.Tape(schedule=Mixed(n, 3)),
+        "optimal": rm.Tape(schedule=Optimal(costs, memory)),
+    }
+    for name, tape in tapes.items():
+        got = tanh_residual_gradients(tape, n)
+        for g, ref in zip(got, want):
+            assert np.array_equal(g, ref), name
+        assert tape.stats.steps == n
+    assert tapes["mixed"].stats.forward_steps == mixed_forward_steps(n, 3)
+    assert tapes["optimal"].stats.forward_steps == simulate(Optimal(costs, memory)).forward_steps
+
+
+def test_the_executor_holds_no_more_than_the_plan_predicts():
+    n = 24
+    store_all = rm.Tape()
+    tanh_residual_gradients(store_all, n)
+    tape_bytes = store_all.stats.peak_bytes // n  # store-all holds every step's tape
+    costs = ChainCosts.uniform(n, 1.0, 3.0, 3 * 6 * 8, tape_bytes)  # the state is 3x6 float64
+    for extra in (0, 1, 500, 2000):
+        memory = minimum_bytes(costs) + extra
+        plan = Optimal(costs, memory)
+        tape = rm.Tape(schedule=plan)
+        tanh_residual_gradients(tape, n)
+        assert tape.stats.peak_bytes <= plan.predicted_peak_bytes <= memory
+        assert tape.stats.forward_steps == simulate(plan).forward_steps
+
+
+def test_mixed_needs_a_budget_on_a_tape():
+    with pytest.raises(ValueError, match="needs a budget"):
+        rm.Tape(schedule="mixed")
+
+
+# --- the programme's internals agree with slower versions of themselves -------------
+
+
+def full_scan_minimum(costs):
+    """The least-peak recursion with every split tried (no bisection)."""
+    n, s, t = costs.steps, costs.state_bytes, costs.tape_bytes
+    P = {(b, b): 0 for b in range(n + 1)}
+    for length in range(1, n + 1):
+        for a in range(n - length + 1):
+            b = a + length
+            P[a, b] = min(
+                [t[a] + P[a + 1, b]] + [max(s[a] + P[j, b], P[a, j]) for j in range(a + 1, b)]
+            )
+    return P[0, n]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 14),
+    uniform=st.booleans(),
+    data=st.data(),
+)
+def test_minimum_bytes_equals_a_plain_full_scan(n, uniform, data):
+    size = st.sampled_from([0, 1, 7, 50]) | st.integers(0, 99)
+    if uniform:
+        costs = ChainCosts.uniform(n, 1, 1, data.draw(size), data.draw(size))
+    else:
+        sizes = data.draw(st.lists(size, min_size=2 * n + 1, max_size=2 * n + 1))
+        costs = ChainCosts([1] * n, [1] * n, sizes[: n + 1], sizes[n + 1 :])
+    assert minimum_bytes(costs) == full_scan_minimum(costs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 20),
+    f=st.integers(0, 3),
+    r=st.integers(1, 6),
+    s=st.integers(0, 6),
+    t=st.integers(1, 12),
+    last=st.integers(0, 40),
+    extra=st.integers(0, 40),
+    levels=st.sampled_from([3, 16, 1000]),
+)
+def test_uniform_chains_take_the_length_only_programme_with_the_same_result(
+    n, f, r, s, t, last, extra, levels
+):
+    from remat.schedules.optimal import _Plan, _UniformPlan
+
+    # x_n is never stored, so its size may differ without breaking uniformity
+    costs = ChainCosts([f] * n, [r] * n, [s] * n + [last], [t] * n)
+    memory = minimum_bytes(costs) + extra
+    general, uniform = _Plan(costs, memory, levels), _UniformPlan(costs, memory, levels)
+    assert general.feasible == uniform.feasible
+    if general.feasible:
+        k = general.budget
+        assert general.D[0][n][k] == uniform.cols[k][n]
+    plan = Optimal(costs, memory, levels)
+    assert isinstance(plan._plan, (_UniformPlan, type(None)))
+    result = check(plan, costs)
+    assert result.peak_bytes <= memory and result.time == plan.predicted_time
