@@ -109,9 +109,12 @@ class Tape(Recorder):
     sqrt size their memory themselves and do not use it.  ``Tape()`` alone
     stores everything.
 
-    ``check_replay`` (default True) checks that every recomputed step gives
-    the values it gave the first time (a CRC-32 of its outputs), and always
-    their structure, shapes and dtypes.  ``trace=True`` records the bytes held
+    ``check_replay`` checks that every recomputed step gives what it gave the
+    first time: always the structure, shapes and dtypes of its outputs, and,
+    when the step is taped again, their values (a CRC-32 of up to 256 evenly
+    spaced elements of each array, so it costs the same for any state size;
+    ``check_replay="full"`` reads every element;
+    ``check_replay=False`` checks no values).  ``trace=True`` records the bytes held
     after every action (for :func:`remat.plot.memory_timeline`);
     ``snapshot_device="cpu"`` keeps snapshots in host memory while the steps
     run on the GPU.  ``policy`` is reserved for selective recomputation (only
@@ -136,7 +139,11 @@ class Tape(Recorder):
         self.recompute = check_policy(policy)
         self.loops = []  # the LoopStats of each chain run on this tape
         self.trace = trace
-        self.check_replay = bool(check_replay)
+        if check_replay not in (True, False, "full"):
+            raise ValueError(
+                f"Tape: check_replay must be True, False or 'full', got {check_replay!r}"
+            )
+        self.check_replay = check_replay
         self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)
 
     @property

@@ -82,9 +82,9 @@ def checkpoint(f=None, policy=None):
             raise TypeError(f"{name}: f must return Tensors (or a pytree of them), got {out!r}")
         tape = OPEN_TAPE.get()
         call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context)
-        call.fingerprints = (
-            fingerprint_all(out_arrays) if getattr(tape, "check_replay", True) else None
-        )
+        check = getattr(tape, "check_replay", True)
+        call.full = check == "full"
+        call.fingerprints = fingerprint_all(out_arrays, call.full) if check else None
         results = outputs_of(CHECKPOINT, (call,), nodes, out_arrays, call.spec.shapes)
         return unflatten(out_tree, results)
 
@@ -153,7 +153,7 @@ class Call:
             backend.set_random_state(rng)
         wrong = self.spec.differs(Spec.of(out_tree, out_arrays))
         if wrong is None and self.fingerprints is not None:
-            if fingerprint_all(out_arrays) != self.fingerprints:
+            if fingerprint_all(out_arrays, self.full) != self.fingerprints:
                 wrong = "different values (the same structure, shapes and dtypes)"
         if wrong is not None:
             raise ReplayError(

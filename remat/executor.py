@@ -408,6 +408,7 @@ class ChainRun:
         self.context = STEP.get()  # the step this chain runs inside, if any: its values may be used
         # store-all never evaluates a step twice: nothing to compare
         self.check_values = tape.check_replay and not isinstance(schedule, schedules.StoreAll)
+        self.full = tape.check_replay == "full"
         self.chain = chain
         self.schedule = schedule
         self.actions = iter(schedule)
@@ -423,7 +424,7 @@ class ChainRun:
         self.slots = {}  # (level, slot) -> (step, arrays, rng state, guard checks, seq)
         self.tapes = {}  # step index -> StepTape
         self.reached = 0  # how many steps have been evaluated at least once
-        self.first = array("Q")  # step i -> fingerprint of its outputs the first time it ran
+        self.first = array("L")  # step i -> fingerprint of its outputs the first time it ran
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
         self.held = Holdings()
@@ -489,7 +490,7 @@ class ChainRun:
 
         The forward sweep evaluates the steps in order, so step i runs for the
         first time when ``i == self.reached``: what it gives then is learned
-        (a 64-bit fingerprint of all its outputs, 8 bytes a step).  Values
+        (a CRC-32 of all its outputs, 4 bytes a step).  Values
         are compared when a step is taped again, since the gradient is made of
         the taped steps alone: a step recomputed untaped only leads to a later
         taped one, whose output would differ in turn.
@@ -518,14 +519,18 @@ class ChainRun:
                     )
                 self.ys[i] = y_arrays
             if self.check_values:
-                self.first.append(fingerprint_all(arrays + y_arrays))
+                self.first.append(fingerprint_all(arrays + y_arrays, self.full))
             return
         wrong = self.spec_at(i + 1).differs(spec)
         if wrong is not None:
             wrong = f"a state with {wrong}"
         elif y_spec is not None and self.ys_spec.differs(y_spec) is not None:
             wrong = f"y with {self.ys_spec.differs(y_spec)}"
-        elif taped and self.check_values and fingerprint_all(arrays + y_arrays) != self.first[i]:
+        elif (
+            taped
+            and self.check_values
+            and fingerprint_all(arrays + y_arrays, self.full) != self.first[i]
+        ):
             wrong = "different values (the same structure, shapes and dtypes)"
         if wrong is not None:
             raise ReplayError(
@@ -735,7 +740,7 @@ class ChainRun:
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.held.peak)
         self.slots.clear()
         self.tapes.clear()
-        self.first = array("Q")
+        self.first = array("L")
         self.held = Holdings()
         self.current = (None, None)
         self.cotangent = self.outer_sweep = self.ys_cotangent = self.xs_grads = None
@@ -754,11 +759,11 @@ HANDLERS = {
 }
 
 
-def fingerprint_all(arrays) -> int:
+def fingerprint_all(arrays, full=False) -> int:
     """One fingerprint of all of ``arrays``, in order (see backend.replay_fingerprint)."""
     value = 0
     for a in arrays:
-        value = backend.replay_fingerprint(a, value)
+        value = backend.replay_fingerprint(a, value, full)
     return value
 
 
