@@ -102,21 +102,16 @@ class Call:
         "rng",
         "spec",
         "context",
+        "full",
         "fingerprints",
         "checks",
         "seq",
     )
 
     def __init__(self, f, name, tree, arrays, rng, spec, context):
+        self.f, self.name, self.tree, self.arrays, self.rng = f, name, tree, arrays, rng
+        self.spec = spec  # what f returned: checked when it is recomputed
         self.context = context  # the loop step the call ran inside, if any
-        self.f, self.name, self.tree, self.arrays, self.rng, self.spec = (
-            f,
-            name,
-            tree,
-            arrays,
-            rng,
-            spec,
-        )
         self.checks = guard.checks(arrays) if guard.WATCHED else None
         self.seq = next_sequence()
 
