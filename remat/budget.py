@@ -186,7 +186,9 @@ class Tape(Recorder):
         schedule = self.policy.online() if until is not None else self.policy.offline(steps)
         if steps is not None and schedule.steps is None:  # an online schedule, known length
             max_steps = steps
-        chain = Chain("tape.loop", lambda i, s, x: (step(s), None), _step_name, same_spec=True)
+        chain = Chain(
+            "tape.loop", lambda i, s, x: (step(s), None), _step_name, same_spec=True, step=step
+        )
         return run_chain(self, chain, state, schedule, until, max_steps)[0]
 
     def chain(self, functions, state):
