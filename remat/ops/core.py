@@ -117,8 +117,12 @@ def constant_of(where, value):
 
 
 def _guard(record):
-    """Fingerprint what ``record`` saved of memory the user holds (remat.guard)."""
-    record.checks = checks((*record.args, record.ans))
+    """Fingerprint what ``record`` saved of memory the user holds (remat.guard).
+
+    Only the inputs can be watched: an op's output is a fresh array (no op
+    that keeps its output returns a view of an input).
+    """
+    record.checks = checks(record.args)
 
 
 SHAPE_RULES = {}
@@ -218,7 +222,7 @@ def make_unary(op, doc=None):
             t.node = record = Record(
                 op, (node,), (data if keep_x else None,), out if keep_ans else None, None, out.shape
             )
-            if WATCHED:
+            if keep_x and WATCHED:
                 _guard(record)
             return t
         if node is not None and not node and grad_enabled():
@@ -287,7 +291,9 @@ def make_binary(op, doc=None):
                     None,
                     out.shape,
                 )
-                if WATCHED:
+                if WATCHED and (
+                    (keep_a and type(da) not in scalars) or (keep_b and type(db) not in scalars)
+                ):  # an array is saved while something is watched: the benchmark line's cost
                     _guard(record)
                 return t
         t.node = step()
