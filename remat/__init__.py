@@ -14,7 +14,7 @@ from .backend import DeviceError, cuda_available
 from .budget import Tape
 from .checkpoint import checkpoint
 from .executor import LoopError, LoopStats, ReplayError, StepOutputError
-from .functional import GradcheckError, grad, gradcheck, value_and_grad
+from .functional import GradcheckError, grad, gradcheck, hvp, jvp, value_and_grad
 from .ops import (
     OPS,
     ShapeError,

@@ -62,11 +62,31 @@ def _logsumexp_vjp(ns, g, ans, x, axis, keepdims, shape):
     return kept_axes(ns, g, axis, keepdims, shape) * ns.exp(x - kept)
 
 
-SUM = defop("sum", xp.sum, _sum_vjp, needs=("",))
-MEAN = defop("mean", xp.mean, _mean_vjp, needs=("",))
-MAX = defop("max", xp.max, _extreme_vjp, needs=("0a",))
-MIN = defop("min", xp.min, _extreme_vjp, needs=("0a",))
-LOGSUMEXP = defop("logsumexp", _logsumexp, _logsumexp_vjp, needs=("0a",))
+def _sum_jvp(ns, t, ans, x, axis, keepdims, shape):
+    return ns.sum(t, axis=axis, keepdims=keepdims)
+
+
+def _mean_jvp(ns, t, ans, x, axis, keepdims, shape):
+    return ns.sum(t, axis=axis, keepdims=keepdims) / _count(axis, shape)
+
+
+def _extreme_jvp(ns, t, ans, x, axis, keepdims, shape):
+    # the mean of the tangent over the tied extreme elements
+    mask = x == kept_axes(ns, ans, axis, keepdims, shape)
+    ties = ns.astype(ns.sum(mask, axis=axis, keepdims=keepdims), t.dtype)
+    return ns.sum(t * mask, axis=axis, keepdims=keepdims) / ties
+
+
+def _logsumexp_jvp(ns, t, ans, x, axis, keepdims, shape):
+    weights = ns.exp(x - kept_axes(ns, ans, axis, keepdims, shape))  # softmax of x
+    return ns.sum(t * weights, axis=axis, keepdims=keepdims)
+
+
+SUM = defop("sum", xp.sum, _sum_vjp, needs=("",), jvps=(_sum_jvp,))
+MEAN = defop("mean", xp.mean, _mean_vjp, needs=("",), jvps=(_mean_jvp,))
+MAX = defop("max", xp.max, _extreme_vjp, needs=("0a",), jvps=(_extreme_jvp,))
+MIN = defop("min", xp.min, _extreme_vjp, needs=("0a",), jvps=(_extreme_jvp,))
+LOGSUMEXP = defop("logsumexp", _logsumexp, _logsumexp_vjp, needs=("0a",), jvps=(_logsumexp_jvp,))
 
 
 def _reduce(op, x, axis, keepdims):
