@@ -334,7 +334,13 @@ def _select_vjp(ns, g, ans, _, index, width, shape):
 
 # Outputs: one `loop_output` record per output leaf, each pointing at the
 # chain's record, so a pytree of outputs fits a tape of single-output records.
-SELECT = Op("loop_output", None, (_select_vjp,), ("",))
+SELECT = Op(
+    "loop_output",
+    None,
+    (_select_vjp,),
+    ("",),
+    jvps=(lambda ns, t, ans, _, index, width, shape: t[index],),  # t: every output's tangent
+)
 
 
 def outputs_of(op, payload, parents, arrays, shape):

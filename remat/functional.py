@@ -222,7 +222,8 @@ def jvp(f, primals, tangents):
     records in the order they were made, applying each op's tangent rule
     (``jvps`` in the op table) to the tangents of its inputs: the forward
     sweep beside the reverse one.  Results are arrays, in ``f``'s output
-    structure.  Through checkpointed loops and ``rm.checkpoint`` this is not
+    structure.  ``rm.checkpoint`` recomputes its function with tangents;
+    through checkpointed loops, chains and scans forward mode is not
     supported yet (a clear error).
     """
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
@@ -275,10 +276,13 @@ def forward_sweep(records, seeds):
         incoming = [(i, t) for i, t in incoming if t is not None]
         if not incoming:
             continue
+        if op.custom_tangent is not None:  # a multi-output record: its outputs' tangents
+            tangents[id(record)] = op.custom_tangent(record, tangents)
+            continue
         if op.jvps is None:
             raise NotImplementedError(
-                f"rm.jvp: forward mode through `{op.name}` (a checkpointed loop, chain, scan "
-                "or rm.checkpoint) is not supported yet"
+                f"rm.jvp: forward mode through `{op.name}` (a checkpointed loop, chain or "
+                "scan) is not supported yet"
             )
         kw = record.kwargs or {}
         total = None

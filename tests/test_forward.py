@@ -64,3 +64,26 @@ def test_bad_tangents_and_loops_are_clear_errors():
             (np.ones((1, 2)),),
             (np.ones((1, 2)),),
         )
+
+
+def test_jvp_hvp_and_grad_of_grad_go_through_checkpoints():
+    x = rm.tensor(rng.standard_normal((2, 3)))
+    w0, v = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((3, 3))
+
+    def block(h, w):
+        return rm.tanh(h @ w) * rm.random.uniform(size=h.shape)  # random numbers replay too
+
+    def loss(wrap):
+        def f(w):
+            rm.random.seed(3)
+            return (wrap(block)(wrap(block)(x, w), w) ** 2).sum()
+
+        return f
+
+    plain, checkpointed = loss(lambda f: f), loss(rm.checkpoint)
+    for transform in (
+        lambda f: rm.jvp(f, (w0,), (v,))[1],
+        lambda f: rm.hvp(f, (w0,), (v,))[0],
+        lambda f: rm.grad(lambda w: (rm.grad(f)(w) ** 2).sum())(w0),
+    ):
+        np.testing.assert_allclose(transform(checkpointed), transform(plain), rtol=1e-12)

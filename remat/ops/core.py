@@ -47,10 +47,22 @@ class ShapeError(ValueError):
 class Op:
     """A primitive: its name, forward, VJP rules and what the rules read."""
 
-    __slots__ = ("name", "forward", "vjps", "jvps", "needs", "keep", "custom_backward")
+    __slots__ = (
+        "name",
+        "forward",
+        "vjps",
+        "jvps",
+        "needs",
+        "keep",
+        "custom_backward",
+        "custom_tangent",
+    )
 
-    def __init__(self, name, forward, vjps, needs, custom_backward=None, jvps=None):
+    def __init__(
+        self, name, forward, vjps, needs, custom_backward=None, jvps=None, custom_tangent=None
+    ):
         self.name = name
+        self.custom_tangent = custom_tangent  # forward mode for a multi-output record
         self.forward = forward
         self.vjps = vjps
         self.jvps = vjps if jvps is SELF_ADJOINT else jvps
