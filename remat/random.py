@@ -53,7 +53,8 @@ def _size(name, size, shape):
     """The sample shape from NumPy's ``size=`` or remat's ``shape=`` (either, not both)."""
     if shape is None:
         return size
-    if size is not None and size != shape:
+    as_tuple = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v,)  # noqa: E731
+    if size is not None and as_tuple(size) != as_tuple(shape):
         raise ValueError(f"rm.random.{name}: give shape= or size= (the same thing), not both")
     return shape
 

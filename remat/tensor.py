@@ -253,7 +253,11 @@ class Tensor:
         return int(self._data)
 
     def __index__(self):
-        """A 0-d integer tensor used where Python wants an int (``range(t)``, ``lst[t]``)."""
+        """A 0-d integer tensor used where Python wants an int (``range(t)``, ``lst[t]``).
+
+        >>> ["a", "b", "c"][tensor(1)]
+        'b'
+        """
         if self.ndim != 0 or not backend.is_integer(self.dtype):
             raise TypeError(
                 f"only a 0-d integer tensor can be used as an index or a count; this one has "

@@ -121,7 +121,7 @@ def test_shape_and_size_are_the_same_argument():
     assert np.array_equal(rm.random.normal(0.0, 1.0, (2, 3)).numpy(), by_size)  # positional
     assert rm.random.uniform(shape=4, dtype="float32").dtype == np.float32
     assert rm.random.uniform(-2, -1, shape=(5,)).numpy().max() < -1
-    assert rm.random.normal(size=(2,), shape=(2,)).shape == (2,)  # the same: accepted
+    assert rm.random.normal(size=(2,), shape=[2]).shape == (2,)  # the same: accepted
     with pytest.raises(ValueError, match="not both"):
         rm.random.uniform(size=3, shape=4)
 
@@ -196,6 +196,22 @@ def test_permutation_of_a_count_and_of_a_tensor():
         rm.random.permutation(np.array(3.0))
     with pytest.raises(rm.ShapeError, match="out of bounds"):
         rm.random.permutation(x, axis=2)
+
+
+def test_each_thread_draws_randint_and_permutation_from_its_own_generator():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def draws(seed):
+        rm.random.seed(seed)
+        return rm.random.randint(100, shape=5).numpy(), rm.random.permutation(7).numpy()
+
+    rm.random.seed(0)
+    mine = rm.random.randint(100, shape=3).numpy()
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(draws, [4, 4])
+    rm.random.seed(0)
+    assert np.array_equal(rm.random.randint(100, shape=3).numpy(), mine)  # not moved
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
 def _shuffling_step(w):
