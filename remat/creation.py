@@ -45,6 +45,7 @@ def _shape(name, shape):
 def zeros(shape, dtype=float64, device="cpu", requires_grad=False) -> Tensor:
     """A tensor of the given shape filled with zeros (float64 unless ``dtype``).
 
+    >>> import remat as rm
     >>> rm.zeros(3)
     tensor([0., 0., 0.])
     >>> rm.zeros((2, 2), dtype="int32").dtype
@@ -57,6 +58,7 @@ def zeros(shape, dtype=float64, device="cpu", requires_grad=False) -> Tensor:
 def ones(shape, dtype=float64, device="cpu", requires_grad=False) -> Tensor:
     """A tensor of the given shape filled with ones (float64 unless ``dtype``).
 
+    >>> import remat as rm
     >>> rm.ones((2, 1))
     tensor([[1.],
            [1.]])
@@ -71,6 +73,7 @@ def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False) -> Te
     As in NumPy the dtype is ``fill_value``'s unless given: ``full(2, 7)`` holds
     integers, ``full(2, 7.0)`` floats.
 
+    >>> import remat as rm
     >>> rm.full((2,), 0.5)
     tensor([0.5, 0.5])
     >>> rm.full(2, 7).dtype
@@ -103,6 +106,7 @@ def zeros_like(a, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Zeros with the shape of ``a`` (a Tensor, array or list), and its dtype and
     device unless given.  The result is a new constant (or leaf), never linked to ``a``.
 
+    >>> import remat as rm
     >>> x = rm.tensor([[1, 2, 3]])
     >>> rm.zeros_like(x)
     tensor([[0, 0, 0]])
@@ -116,6 +120,7 @@ def zeros_like(a, dtype=None, device=None, requires_grad=False) -> Tensor:
 def ones_like(a, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Ones with the shape of ``a``, and its dtype and device unless given.
 
+    >>> import remat as rm
     >>> rm.ones_like(rm.tensor([1.5, 2.5]))
     tensor([1., 1.])
     """
@@ -129,6 +134,7 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu", requires_grad=Fal
     ``arange(n)`` counts 0 .. n-1 as integers; a float argument (or
     ``dtype=``) gives floats.
 
+    >>> import remat as rm
     >>> rm.arange(4)
     tensor([0, 1, 2, 3])
     >>> rm.arange(0, 1, 0.25)
@@ -145,6 +151,7 @@ def eye(N, M=None, k=0, dtype=float64, device="cpu", requires_grad=False) -> Ten
     """An ``N`` x ``M`` matrix (``M`` defaults to ``N``) with ones on diagonal ``k``
     (0 the main diagonal, positive above it, negative below), as ``numpy.eye``.
 
+    >>> import remat as rm
     >>> rm.eye(2)
     tensor([[1., 0.],
            [0., 1.]])

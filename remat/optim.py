@@ -90,6 +90,7 @@ class SGD(Optimizer):
     (PyTorch's form) ``b = m * b + g`` (``b = g`` at a parameter's first step) and
     ``p -= lr * b``.
 
+    >>> import remat as rm
     >>> p = rm.tensor([1.0], requires_grad=True)
     >>> opt = rm.optim.SGD([p], lr=0.5, momentum=0.9)
     >>> for _ in range(2):
@@ -118,6 +119,7 @@ class Adam(Optimizer):
     ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2`` and
     ``p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)``.
 
+    >>> import remat as rm
     >>> p = rm.tensor([1.0, -1.0], requires_grad=True)
     >>> opt = rm.optim.Adam([p], lr=0.1)
     >>> (p * p).sum().backward()

@@ -78,6 +78,7 @@ def uniform(
     """Samples from U[low, high): a constant Tensor, or a leaf with ``requires_grad=True``
     (for initialising parameters; the samples themselves carry no gradient).
 
+    >>> import remat as rm
     >>> rm.random.uniform(-1, 1, shape=(2, 3)).shape
     (2, 3)
     """
@@ -98,6 +99,7 @@ def normal(
 ) -> Tensor:
     """Samples from N(loc, scale^2): a constant Tensor, or a leaf with ``requires_grad=True``.
 
+    >>> import remat as rm
     >>> rm.random.normal(shape=5, dtype="float32").dtype
     dtype('float32')
     """
@@ -110,6 +112,7 @@ def randint(low, high=None, size=None, dtype=backend.int64, device="cpu", *, sha
     """Random integers in [low, high), or in [0, low) when ``high`` is None (NumPy's
     convention), as an integer constant Tensor (int64 unless ``dtype``).
 
+    >>> import remat as rm
     >>> rm.random.seed(1)
     >>> x = rm.random.randint(5, shape=(2, 2))
     >>> x.shape, bool(0 <= x.numpy().min() and x.numpy().max() < 5)
@@ -131,6 +134,7 @@ def permutation(x, axis=0, device=None) -> Tensor:
     Permuting a Tensor is indexing it, so gradients flow back through the shuffle:
     ``rm.random.permutation(batch)`` shuffles examples and their gradients alike.
 
+    >>> import remat as rm
     >>> rm.random.seed(0)
     >>> sorted(rm.random.permutation(4).numpy().tolist())
     [0, 1, 2, 3]

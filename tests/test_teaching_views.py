@@ -259,5 +259,5 @@ def test_to_dot_expands_a_loop_into_its_box():
 
 
 def test_docstring_examples():
-    result = doctest.testmod(rm.tape, extraglobs={"rm": rm})
+    result = doctest.testmod(rm.tape)
     assert result.attempted > 0 and result.failed == 0

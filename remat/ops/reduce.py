@@ -127,6 +127,7 @@ def argmax(x, axis=None, keepdims=False):
 def argmin(x, axis=None, keepdims=False):
     """Indices of the smallest elements, as ``numpy.argmin`` (see :func:`argmax`).
 
+    >>> import remat as rm
     >>> int(rm.argmin(rm.tensor([3.0, -1.0, 4.0])))
     1
     """
