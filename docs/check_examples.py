@@ -1,0 +1,87 @@
+"""Run every code example of the documentation pages: ``python docs/check_examples.py``.
+
+Each page's fenced ``python`` blocks run in order in one namespace (a page is
+one session: later blocks use what earlier ones defined), from the
+repository root.  A ``python`` block followed directly by a ``text`` block
+must print exactly that text (trailing spaces aside).  Any exception, or any
+printed output that differs, fails the check.  The API pages (docs/api/) hold
+no examples of their own; the docstrings' ``>>>`` examples (in the modules
+of ``DOCTESTED``) are run with doctest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import doctest
+import importlib
+import io
+import re
+import sys
+import traceback
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
+DOCTESTED = ["remat", "remat.pytree"]  # the modules whose docstrings hold >>> examples
+
+
+def blocks(text: str):
+    """(language, code, expected output or None, line) for each python block of a page."""
+    found = list(FENCE.finditer(text))
+    for k, match in enumerate(found):
+        language, code = match.group(1), match.group(2)
+        if language != "python":
+            continue
+        expected = None
+        if k + 1 < len(found):
+            following = found[k + 1]
+            between = text[match.end() : following.start()]
+            if following.group(1) == "text" and not between.strip():
+                expected = following.group(2)
+        yield code, expected, text.count("\n", 0, match.start()) + 1
+
+
+def tidy(output: str) -> str:
+    return "\n".join(line.rstrip() for line in output.strip("\n").splitlines())
+
+
+def check_page(path: Path) -> tuple[int, list[str]]:
+    namespace: dict = {"__name__": "__docs__"}
+    failures, ran = [], 0
+    for code, expected, line in blocks(path.read_text()):
+        ran += 1
+        out = io.StringIO()
+        where = f"{path.relative_to(DOCS.parent)}:{line}"
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(code, where, "exec"), namespace)
+        except Exception:
+            failures.append(f"{where}: the example raised\n{traceback.format_exc()}")
+            break  # later blocks of the page depend on this one
+        if expected is not None and tidy(out.getvalue()) != tidy(expected):
+            failures.append(
+                f"{where}: printed\n{out.getvalue()}\nbut the page shows\n{expected}"
+            )
+    return ran, failures
+
+
+def main() -> int:
+    pages = sorted(p for p in DOCS.rglob("*.md") if "api" not in p.relative_to(DOCS).parts)
+    failures, total = [], 0
+    for page in pages:
+        ran, failed = check_page(page)
+        total += ran
+        failures += failed
+    for name in DOCTESTED:
+        result = doctest.testmod(importlib.import_module(name))
+        total += result.attempted
+        if result.failed:
+            failures.append(f"{name}: {result.failed} docstring example(s) failed (shown above)")
+    for failure in failures:
+        print(failure, file=sys.stderr)
+    print(f"docs examples: {total} ran, {len(failures)} failed ({len(pages)} pages)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
