@@ -1,8 +1,9 @@
 """Run every code example of the documentation pages: ``python docs/check_examples.py``.
 
 Each page's fenced ``python`` blocks run in order in one namespace (a page is
-one session: later blocks use what earlier ones defined), from the
-repository root.  A ``python`` block followed directly by a ``text`` block
+one session: later blocks use what earlier ones defined), in a fresh Python
+process of its own, so that what a page prints (record numbers, the random
+stream) does not depend on the pages before it.  A ``python`` block followed directly by a ``text`` block
 must print exactly that text (trailing spaces aside).  Any exception, or any
 printed output that differs, fails the check.  The API pages (docs/api/) hold
 no examples of their own; the docstrings' ``>>>`` examples (in the modules
@@ -16,6 +17,7 @@ import doctest
 import importlib
 import io
 import re
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -66,21 +68,28 @@ def check_page(path: Path) -> tuple[int, list[str]]:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--page"]:  # the child process: one page
+        ran, failures = check_page(Path(sys.argv[2]))
+        for failure in failures:
+            print(failure, file=sys.stderr)
+        print(ran)
+        return 1 if failures else 0
     pages = sorted(p for p in DOCS.rglob("*.md") if "api" not in p.relative_to(DOCS).parts)
-    failures, total = [], 0
+    failed, total = 0, 0
     for page in pages:
-        ran, failed = check_page(page)
-        total += ran
-        failures += failed
+        child = subprocess.run(
+            [sys.executable, __file__, "--page", str(page)], capture_output=True, text=True
+        )
+        sys.stderr.write(child.stderr)
+        lines = child.stdout.split()
+        total += int(lines[-1]) if lines and lines[-1].isdigit() else 0
+        failed += child.returncode != 0
     for name in DOCTESTED:
         result = doctest.testmod(importlib.import_module(name))
         total += result.attempted
-        if result.failed:
-            failures.append(f"{name}: {result.failed} docstring example(s) failed (shown above)")
-    for failure in failures:
-        print(failure, file=sys.stderr)
-    print(f"docs examples: {total} ran, {len(failures)} failed ({len(pages)} pages)")
-    return 1 if failures else 0
+        failed += result.failed
+    print(f"docs examples: {total} ran, {failed} failed ({len(pages)} pages and the doctests)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
