@@ -3,11 +3,12 @@
 Each page's fenced ``python`` blocks run in order in one namespace (a page is
 one session: later blocks use what earlier ones defined), in a fresh Python
 process of its own, so that what a page prints (record numbers, the random
-stream) does not depend on the pages before it.  A ``python`` block followed directly by a ``text`` block
-must print exactly that text (trailing spaces aside).  Any exception, or any
-printed output that differs, fails the check.  The API pages (docs/api/) hold
-no examples of their own; the docstrings' ``>>>`` examples (in the modules
-of ``DOCTESTED``) are run with doctest.
+stream) does not depend on the pages before it.  A ``python`` block followed
+directly by a ``text`` block must print exactly that text (trailing spaces
+aside).  Any exception, or any printed output that differs, fails the check.
+The API pages (docs/api/) hold no examples of their own; the ``>>>``
+examples of the docstrings they render are run with doctest, in every module
+of the remat package.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import doctest
 import importlib
 import io
+import pkgutil
 import re
 import subprocess
 import sys
@@ -24,7 +26,6 @@ from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
-DOCTESTED = ["remat", "remat.pytree"]  # the modules whose docstrings hold >>> examples
 
 
 def blocks(text: str):
@@ -61,9 +62,7 @@ def check_page(path: Path) -> tuple[int, list[str]]:
             failures.append(f"{where}: the example raised\n{traceback.format_exc()}")
             break  # later blocks of the page depend on this one
         if expected is not None and tidy(out.getvalue()) != tidy(expected):
-            failures.append(
-                f"{where}: printed\n{out.getvalue()}\nbut the page shows\n{expected}"
-            )
+            failures.append(f"{where}: printed\n{out.getvalue()}\nbut the page shows\n{expected}")
     return ran, failures
 
 
@@ -84,7 +83,9 @@ def main() -> int:
         lines = child.stdout.split()
         total += int(lines[-1]) if lines and lines[-1].isdigit() else 0
         failed += child.returncode != 0
-    for name in DOCTESTED:
+    remat = importlib.import_module("remat")
+    modules = [m.name for m in pkgutil.walk_packages(remat.__path__, "remat.")]
+    for name in ["remat"] + [m for m in modules if not m.endswith("__main__")]:
         result = doctest.testmod(importlib.import_module(name))
         total += result.attempted
         failed += result.failed
