@@ -1,10 +1,10 @@
-"""remat: a tape-based reverse-mode autodiff engine with rematerialization built in::
+"""remat: a tape-based reverse-mode autodiff engine with rematerialization built in.
 
-    >>> import numpy as np, remat as rm
-    >>> x = rm.tensor(np.arange(3.0), requires_grad=True)
-    >>> (rm.sin(x) * x).sum().backward()
-    >>> x.grad  # sin(x) + x cos(x)
-    array([0.        , 1.38177329, 0.07700375])
+>>> import numpy as np, remat as rm
+>>> x = rm.tensor(np.arange(3.0), requires_grad=True)
+>>> (rm.sin(x) * x).sum().backward()
+>>> x.grad  # sin(x) + x cos(x)
+array([0.        , 1.38177329, 0.07700375])
 
 This module only re-exports; see the submodules for the ideas.
 """
