@@ -35,9 +35,11 @@ from array import array
 from dataclasses import dataclass
 
 from . import backend, guard, schedules
+from .functional import forward_sweep
 from .ops.core import Op
 from .pytree import flatten, unflatten
 from .tape import (
+    FORWARD_MODE,
     GRAD_ENABLED,
     OPEN_TAPE,
     STEP,
@@ -379,7 +381,20 @@ def _chain_backward(record, g, sweep):
     run.backward(g, sweep)
 
 
-CHAIN = Op("loop", None, (), None, custom_backward=_chain_backward)
+def _chain_tangent(record, tangents):
+    """Forward mode through a chain: its steps run again from x_0, in order, each
+    recorded and swept forward with its inputs' tangents (and those of the
+    values the steps close over), so memory stays one step's tape."""
+    run = record.args[0]
+    if run.tangent_start is None:
+        raise NotImplementedError(
+            "rm.jvp: this checkpointed chain was run outside rm.jvp, so it did not keep "
+            "its initial state"
+        )
+    return run.tangents(record.parents, tangents)
+
+
+CHAIN = Op("loop", None, (), None, custom_backward=_chain_backward, custom_tangent=_chain_tangent)
 
 
 # --- the executor ---------------------------------------------------------------
@@ -441,6 +456,7 @@ class ChainRun:
         self.position = 0
         self.evaluating = None  # the step being evaluated, for error messages
         self.current = (x0, backend.random_state())  # (arrays, rng state) of x_position
+        self.tangent_start = self.current if FORWARD_MODE.get() else None  # for rm.jvp
         self.slots = {}  # (level, slot) -> (step, arrays, rng state, guard checks, seq)
         self.tapes = {}  # step index -> StepTape
         self.reached = 0  # how many steps have been evaluated at least once
@@ -790,6 +806,41 @@ class ChainRun:
         finally:
             backend.set_random_state(rng_after_forward)
             self.release()
+
+    def tangents(self, nodes, tangents):
+        """The tangents of the chain's outputs (x_n's leaves, then the stacked ys),
+        from those of its inputs (``nodes``: x_0's, then xs'), by running the steps
+        again from x_0 (for rm.jvp; see _chain_tangent)."""
+        arrays, rng = self.tangent_start
+        width0, n = len(self.x0_nodes), self.stats.steps
+        t_state = [tangents.get(id(node)) if node else None for node in nodes[:width0]]
+        t_xs = [tangents.get(id(node)) if node else None for node in nodes[width0:]]
+        counted, outer_rng = self.stats.forward_steps, backend.random_state()
+        backend.set_random_state(rng)
+        y_tangents = []
+        try:
+            for i in range(n):
+                (arrays_next, inputs, outputs), _, _, records = tape_call(
+                    lambda: self.call_step(i, arrays, taped=True)
+                )
+                seeds = dict(tangents)
+                step_tangents = t_state + [None if t is None else t[i] for t in t_xs]
+                for node, t in zip(inputs, step_tangents):
+                    if node and t is not None:
+                        seeds[id(node)] = t
+                inner = forward_sweep(records, seeds)
+                out = [inner.get(id(o.node)) if o.node else None for o in outputs]
+                out = [
+                    t if t is not None else backend.zeros(o.shape, o.dtype, like=o._data)
+                    for t, o in zip(out, outputs)
+                ]
+                t_state, arrays = out[: len(arrays_next)], arrays_next
+                y_tangents.append(out[len(arrays_next) :])
+        finally:
+            backend.set_random_state(outer_rng)
+            self.stats.forward_steps = counted  # these evaluations are jvp's, not the loop's
+        stacked = [backend.xp.stack(column) for column in zip(*y_tangents)] if y_tangents else []
+        return t_state + (stacked if self.chain.has_ys else [])
 
     def release(self):
         """Drop every snapshot and step tape (after backward, or on an error)."""

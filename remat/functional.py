@@ -13,6 +13,7 @@ from . import backend
 from .ops import astype, identity
 from .pytree import flatten, unflatten
 from .tape import (
+    FORWARD_MODE,
     GRAD_DEPTH,
     STEP,
     BackwardError,
@@ -222,9 +223,9 @@ def jvp(f, primals, tangents):
     records in the order they were made, applying each op's tangent rule
     (``jvps`` in the op table) to the tangents of its inputs: the forward
     sweep beside the reverse one.  Results are arrays, in ``f``'s output
-    structure.  ``rm.checkpoint`` recomputes its function with tangents;
-    through checkpointed loops, chains and scans forward mode is not
-    supported yet (a clear error).
+    structure.  ``rm.checkpoint`` recomputes its function with tangents, and
+    a checkpointed loop, chain or scan runs its steps again from x_0 with
+    theirs (one state of memory more, not the whole chain).
     """
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
         raise TypeError("rm.jvp: primals and tangents must be tuples (one entry per argument)")
@@ -244,8 +245,12 @@ def jvp(f, primals, tangents):
         seeds[id(leaf.node)] = t.astype(leaf.dtype, copy=False)
         inputs.append(leaf)
     recorder = Recorder()
-    with recorder, enable_grad():
-        out = f(*unflatten(tree, inputs))
+    token = FORWARD_MODE.set(True)  # checkpointed chains keep x_0 to run again with tangents
+    try:
+        with recorder, enable_grad():
+            out = f(*unflatten(tree, inputs))
+    finally:
+        FORWARD_MODE.reset(token)
     tangent_of = forward_sweep(recorder.records, seeds)
     outs, out_tree = flatten(out, _is_value)
     values, out_tangents = [], []

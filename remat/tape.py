@@ -52,6 +52,7 @@ GRAD_ENABLED = ContextVar("remat_grad_enabled", default=True)
 OPEN_TAPE = ContextVar("remat_open_tape", default=None)
 GRAD_DEPTH = ContextVar("remat_grad_depth", default=0)
 STEP = ContextVar("remat_step", default=None)
+FORWARD_MODE = ContextVar("remat_forward_mode", default=False)  # inside rm.jvp's recording
 
 
 def grad_enabled() -> bool:
