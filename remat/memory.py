@@ -1,0 +1,418 @@
+"""Byte budgets: ``rm.Tape(memory="64 MiB")`` measures a chain, plans it and runs the plan.
+
+The memory model (that of :mod:`remat.schedules.costs`): at any moment a
+chain holds the states in its slots and the step tapes it keeps.
+``state_bytes[i]`` is the bytes of state ``x_i`` (every leaf);
+``tape_bytes[i]`` is the bytes of the arrays step ``i``'s records hold of the
+step's own values (what it made, and its inputs, ``x_i`` included), exactly
+as :func:`remat.executor.saved_by` counts them for ``tape.stats.peak_bytes``.
+The budget bounds their sum.  The state being evaluated, the cotangent, the
+parameters and a scan's ``ys`` are not counted (as ``tape.stats`` does not).
+
+Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
+
+1. **measures** the costs (:func:`measure_costs`) with the executor itself,
+   one step at a time: step ``i`` is evaluated untaped (``forward_time[i]``,
+   and ``x_{i+1}``'s bytes), then taped from ``x_i`` and reversed with a
+   cotangent of ones, the gradients thrown away (``reverse_time[i]``, and
+   the bytes its tape holds).  A loop's steps are all alike: step 0 is
+   measured (a warm-up, then the median of three) and taken for every step; so is a
+   scan's (its inputs ``xs[i]`` all have one shape).  A chain is measured step by
+   step, once.  Measuring holds one step's tape at a time and no snapshot, so
+   its peak is the largest tape, which any plan needs anyway; if that tape
+   alone is over the budget, measuring stops there with the ValueError of a
+   budget too small.  The random-number stream is put back as it was.
+2. **plans** with :class:`~remat.schedules.Optimal` (or, asked for, revolve or
+   mixed with the most slots that fit).
+3. **runs** the plan with the executor, which refuses to hold more than the
+   budget (a LoopError, should the chain have changed since it was measured).
+
+The plan is cached, keyed by the functions (the objects themselves), the
+shapes and dtypes of the state (and of ``xs``), the length and the budget, so
+that a training loop taking a new Tape each iteration measures once.
+``tape.stats.plan`` says "measured" or "reused"; ``clear_plans()`` empties the
+cache (which keeps the last :data:`CACHE_SIZE` plans, and the functions of
+their keys alive).
+
+Heterogeneous chains.  :class:`Optimal`'s programme is cubic in the length
+for a chain whose steps differ (measured times always differ a little), so a
+chain of more than :data:`BLOCK_LIMIT` steps is planned over blocks of
+consecutive steps (as equal in length as can be): a block is taped or
+advanced over as a whole, its tape is the sum of its steps' tapes.  The plan
+is optimal among schedules that store states only at block boundaries; when
+the budget is too small for that, the blocks are made twice as many (up to
+one step a block: the exact programme, which is slow for long chains).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections import OrderedDict
+from fractions import Fraction
+from numbers import Integral
+
+from . import backend, schedules
+from .executor import ChainRun, Holdings, Spec, leaves_of
+
+CACHE_SIZE = 32
+BLOCK_LIMIT = 64  # heterogeneous chains longer than this are planned over blocks
+SERVED = (None, "optimal", "revolve", "mixed")  # what Tape(memory=) can plan
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
+
+
+def parse_bytes(value, where="Tape") -> int:
+    """A budget in bytes: an int, or a string such as ``"512 KiB"``, ``"64 MiB"``, ``"2 GB"``.
+
+    Units: ``B``; ``kB``, ``MB``, ``GB``, ``TB`` (powers of 1000); ``KiB``,
+    ``MiB``, ``GiB``, ``TiB`` (powers of 1024); case is ignored.  A number
+    without a unit is bytes.  A fraction of a byte is dropped (``"1.5 kB"``
+    is 1500; ``"0.5 B"`` is refused: a budget is at least one byte).
+    """
+    if isinstance(value, bool) or not isinstance(value, (Integral, str)):
+        raise TypeError(
+            f"{where}: memory must be an int number of bytes or a string such as '64 MiB', "
+            f"got {value!r}"
+        )
+    if isinstance(value, str):
+        match = _SIZE.fullmatch(value)
+        unit = match and _UNITS.get(match.group(2).lower() or "b")
+        if not unit:
+            raise ValueError(
+                f"{where}: memory={value!r} is not a size; write a number and a unit, "
+                "e.g. '512 KiB', '64 MiB', '2 GB' (units: B, kB, MB, GB, TB, KiB, MiB, "
+                "GiB, TiB)"
+            )
+        number = int(Fraction(match.group(1)) * unit)
+    else:
+        number = int(value)
+    if number < 1:
+        raise ValueError(f"{where}: memory must be at least 1 byte, got {value!r}")
+    return number
+
+
+def check_schedule(memory, snapshots, schedule):
+    """Refuse what ``Tape(memory=)`` cannot serve; the schedule name it plans with.
+
+    ``snapshots=s`` beside ``memory=`` agrees with it when ``s`` slots fit in the
+    budget: it is then revolve (or ``schedule="mixed"``) with ``s`` slots, checked
+    against the measured costs before it runs.  The optimal plan picks its own
+    slots, so ``schedule="optimal"`` takes no ``snapshots=``.
+    """
+    if schedule is not None and not isinstance(schedule, str):
+        raise ValueError(
+            f"Tape: memory= plans the schedule from measured costs; it cannot serve the "
+            f"schedule object {schedule!r} (give one or the other)"
+        )
+    if schedule not in SERVED:
+        raise ValueError(
+            f"Tape: memory= cannot serve schedule={schedule!r}, which does not plan for a "
+            "byte budget; use the optimal plan (no schedule=), 'revolve' or 'mixed' (the "
+            "most slots that fit), or drop memory="
+        )
+    if schedule is None:
+        schedule = "optimal" if snapshots is None else "revolve"
+    if schedule == "optimal" and snapshots is not None:
+        raise ValueError(
+            f"Tape: memory= with snapshots={snapshots}: the optimal plan chooses its own "
+            "slots from the budget; give snapshots= only with schedule='revolve' or 'mixed' "
+            "(which then check that the slots fit in the budget)"
+        )
+    return schedule
+
+
+# --- measuring ------------------------------------------------------------------
+
+
+class _DropSweep:
+    """An outer sweep that throws away what reaches it (measuring must not add to .grad)."""
+
+    def __init__(self):
+        self.ns = backend.ARRAY_NAMESPACE
+        self.create_graph = self.retain_graph = False
+
+    def add(self, node, g):
+        pass
+
+
+class _Rows:
+    """Stands for a (steps, ...) array whose every row is ``row``: a scan's cotangents of
+    ys, or the buffer gathering those of xs, without n rows held."""
+
+    def __init__(self, row, steps):
+        self.row = row
+        self.shape = (steps, *row.shape)
+
+    def __getitem__(self, i):
+        return self.row
+
+    def __setitem__(self, i, value):
+        pass
+
+
+def _ones_for(arrays):
+    return [backend.ones_like(a) if backend.is_floating(a.dtype) else None for a in arrays]
+
+
+def _nbytes(arrays):
+    return sum(backend.nbytes(a) for a in arrays)
+
+
+def measure_costs(tape, chain, state, steps, memory, alike, repeats=3):
+    """The :class:`ChainCosts` of ``chain`` from ``state``, and the most bytes held measuring.
+
+    ``alike``: every step costs what step 0 does (a loop, a scan); step 0 is then
+    run once to warm up and ``repeats`` times timed, and the medians taken.
+    Raises ValueError as soon as one step's tape is over ``memory``.
+    """
+    x0, x0_nodes, tree = leaves_of(state, "the initial state")
+    rng = backend.random_state()
+    run = ChainRun(
+        tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
+    )
+    run.held = Holdings()
+    run.outer_sweep = _DropSweep()
+    if chain.xs:
+        run.xs_grads = [_Rows(backend.zeros(a.shape[1:], a.dtype, like=a), steps) for a in chain.xs]
+    forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
+    peak = 0
+    try:
+        for i in range(1 if alike else steps):
+            f_times, r_times = [], []
+            for repeat in range(1 + repeats if alike else 1):
+                here = run.current
+                run.position = i
+                start = time.perf_counter()
+                run.advance(schedules.Advance(i, i + 1))
+                f_times.append(time.perf_counter() - start)
+                after = run.current
+                run.current, run.position = here, i
+                start = time.perf_counter()
+                run.tape_steps(schedules.Tape(i, i + 1))
+                taped = time.perf_counter() - start
+                held = run.held.bytes
+                peak = max(peak, held)
+                if held > memory:
+                    raise ValueError(
+                        f"{chain.owner}: memory={memory} bytes is too small: step {i}'s tape "
+                        f"alone holds {held} bytes, so any schedule needs at least {held} "
+                        "bytes (measuring stopped at that step)"
+                    )
+                step_tape = run.tapes[i]
+                run.cotangent = _ones_for(a._data for a in step_tape.outputs[: len(after[0])])
+                if chain.has_ys:
+                    ys = step_tape.outputs[len(after[0]) :]
+                    run.ys_cotangent = [
+                        None if g is None else _Rows(g, steps)
+                        for g in _ones_for(y._data for y in ys)
+                    ]
+                start = time.perf_counter()
+                run.reverse(schedules.Reverse(i, i + 1))
+                r_times.append(taped + time.perf_counter() - start)
+                run.current = after
+            if alike and repeats:
+                f_times, r_times = f_times[1:], r_times[1:]  # the first run warms up
+            forward.append(statistics.median(f_times))
+            reverse.append(statistics.median(r_times))
+            state_bytes.append(_nbytes(run.current[0]))
+            tape_bytes.append(held)
+    finally:
+        run.release()
+        backend.set_random_state(rng)
+    if alike:
+        return schedules.ChainCosts.uniform(
+            steps, forward[0], reverse[0], state_bytes[0], tape_bytes[0]
+        ), peak
+    return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak
+
+
+# --- planning -------------------------------------------------------------------
+
+
+class Blocks:
+    """A plan over blocks of consecutive steps, carried out on the steps themselves.
+
+    ``plan`` is a schedule of ``len(starts) - 1`` block-steps; block ``k`` is
+    steps ``starts[k] .. starts[k + 1] - 1``.  Taping, advancing over or
+    reversing a block does so to each of its steps, so a block's tape holds
+    the sum of its steps' tapes (what :func:`block_costs` gives the plan).
+    """
+
+    def __init__(self, plan, starts):
+        self.plan = plan
+        self.starts = tuple(starts)
+        self.steps = self.starts[-1]
+        self.snapshots = plan.snapshots
+        self.blocks = len(self.starts) - 1
+        self.predicted_time = plan.predicted_time  # a block's costs are its steps' sums
+        self.predicted_peak_bytes = plan.predicted_peak_bytes
+
+    def __repr__(self):
+        return f"Blocks({self.plan!r}, {self.blocks} blocks of {self.steps} steps)"
+
+    def __iter__(self):
+        starts = self.starts
+        for action in self.plan:
+            kind = type(action)
+            if kind in (schedules.Advance, schedules.Tape, schedules.Reverse):
+                yield kind(starts[action.start], starts[action.stop])
+            elif kind in (schedules.Snapshot, schedules.Restore):
+                yield kind(starts[action.step], *action[1:])
+            else:
+                yield action
+
+
+def block_starts(steps, blocks):
+    """Where each of ``blocks`` blocks of ``steps`` steps starts (lengths differ by one at
+    most), and ``steps`` at the end."""
+    return [k * steps // blocks for k in range(blocks)] + [steps]
+
+
+def block_costs(costs, starts):
+    """The ChainCosts of the chain whose steps are the blocks ``starts`` delimits."""
+    pairs = list(zip(starts, starts[1:]))
+    return schedules.ChainCosts(
+        [sum(costs.forward_time[a:b]) for a, b in pairs],
+        [sum(costs.reverse_time[a:b]) for a, b in pairs],
+        [costs.state_bytes[a] for a in starts],
+        [sum(costs.tape_bytes[a:b]) for a, b in pairs],
+    )
+
+
+def _too_small(form, memory, need):
+    return ValueError(
+        f"{form}: memory={memory} bytes is too small for this chain: a valid schedule "
+        f"needs at least {need} bytes ({need / 2**20:.3f} MiB) under the measured costs"
+    )
+
+
+def plan_optimal(costs, memory, form="Tape", block_limit=None):
+    """The Optimal plan for ``costs`` in ``memory`` bytes (over blocks for a long
+    heterogeneous chain: see the module docstring)."""
+    limit = BLOCK_LIMIT if block_limit is None else block_limit
+    n = costs.steps
+    uniform = (
+        len(set(costs.tape_bytes)) == len(set(costs.forward_time)) == 1
+        and len(set(costs.reverse_time)) == len(set(costs.state_bytes[:n])) == 1
+    )
+    blocks = n if uniform or n <= limit else limit
+    while True:
+        if blocks >= n:
+            try:
+                return schedules.Optimal(costs, memory)
+            except ValueError as error:
+                if "too small" in str(error):
+                    raise _too_small(form, memory, schedules.minimum_bytes(costs)) from None
+                raise
+        starts = block_starts(n, blocks)
+        coarse = block_costs(costs, starts)
+        if schedules.minimum_bytes(coarse) <= memory:
+            try:
+                return Blocks(schedules.Optimal(coarse, memory), starts)
+            except ValueError:  # within rounding of the minimum: finer blocks
+                pass
+        blocks = min(n, 2 * blocks)
+
+
+def fitting_slots(name, costs, memory, snapshots=None, form="Tape"):
+    """Revolve or Mixed with ``snapshots`` slots (checked to fit in ``memory`` under
+    ``costs``), or with the most slots that fit."""
+    n = costs.steps
+
+    def make(s):
+        return schedules.make_schedule(name, steps=n, snapshots=s)
+
+    def peak(s):
+        return schedules.simulate(make(s), costs).peak_bytes
+
+    if snapshots is not None:
+        need = peak(snapshots)
+        if need > memory:
+            raise ValueError(
+                f"{form}: snapshots={snapshots} and memory={memory} bytes disagree: {name} with "
+                f"{snapshots} slots holds up to {need} bytes under the measured costs"
+            )
+        return make(snapshots)
+    if peak(1) > memory:
+        raise ValueError(
+            f"{form}: memory={memory} bytes is too small for {name}: with one slot it holds "
+            f"{peak(1)} bytes under the measured costs"
+        )
+    lo, hi = 1, n  # the most slots that fit, by bisection (the peak grows with the slots)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if peak(mid) <= memory:
+            lo = mid
+        else:
+            hi = mid - 1
+    return make(lo)
+
+
+# --- the cache ------------------------------------------------------------------
+
+_PLANS: OrderedDict = OrderedDict()
+
+
+def clear_plans():
+    """Forget every cached plan (the next chain under a budget is measured again)."""
+    _PLANS.clear()
+
+
+def _spec_key(tree_and_arrays):
+    tree, arrays = tree_and_arrays
+    return tree, tuple((a.shape, str(a.dtype)) for a in arrays)
+
+
+def plan_chain(tape, chain, state, steps, functions, alike):
+    """``(schedule, costs, how)`` for ``chain`` under ``tape``'s budget: from the cache
+    ("reused") or measured and planned now ("measured")."""
+    memory, name, snapshots = tape.byte_limit, tape.memory_schedule, tape.policy.snapshots
+    x0, _, tree = leaves_of(state, "the initial state")
+    key = (
+        chain.owner,
+        tuple(functions),
+        _spec_key((tree, x0)),
+        _spec_key((chain.xs_tree, chain.xs)),
+        steps,
+        memory,
+        name,
+        snapshots,
+    )
+    try:
+        entry = _PLANS.get(key)
+    except TypeError:  # an unhashable function (or tree): plan every time
+        key, entry = None, None
+    if entry is not None:
+        _PLANS.move_to_end(key)
+        return (*entry, "reused")
+    costs, _ = measure_costs(tape, chain, state, steps, memory, alike)
+    if name == "optimal":
+        schedule = plan_optimal(costs, memory, chain.owner)
+    else:
+        schedule = fitting_slots(name, costs, memory, snapshots, chain.owner)
+    if key is not None:
+        _PLANS[key] = (schedule, costs)
+        while len(_PLANS) > CACHE_SIZE:
+            _PLANS.popitem(last=False)
+    return schedule, costs, "measured"
+
+
+def predicted_time(schedule, costs):
+    """The schedule's time under ``costs`` (an Optimal plan knows it already)."""
+    known = getattr(schedule, "predicted_time", None)
+    if known is not None:
+        return known
+    return schedules.simulate(schedule, costs).time
