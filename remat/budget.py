@@ -148,6 +148,7 @@ class Tape(Recorder):
             self.policy = Policy(self.memory_schedule, snapshots)
         self.recompute = check_policy(policy)
         self.loops = []  # the LoopStats of each chain run on this tape
+        self.plans = []  # under memory=: (schedule, measured ChainCosts) of each chain
         self.trace = trace
         if check_replay not in (True, False, "full"):
             raise ValueError(
@@ -211,6 +212,7 @@ class Tape(Recorder):
         """Run ``chain`` under the byte budget: plan it (or reuse the plan), run, report."""
         schedule, costs, how = _memory.plan_chain(self, chain, state, steps, functions, alike)
         result = run_chain(self, chain, state, schedule)
+        self.plans.append((schedule, costs))
         stats = self.loops[-1]
         stats.memory, stats.plan = self.byte_limit, how
         stats.predicted_seconds = _memory.predicted_time(schedule, costs)

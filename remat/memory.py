@@ -15,13 +15,15 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
    one step at a time: step ``i`` is evaluated untaped (``forward_time[i]``,
    and ``x_{i+1}``'s bytes), then taped from ``x_i`` and reversed with a
    cotangent of ones, the gradients thrown away (``reverse_time[i]``, and
-   the bytes its tape holds).  A loop's steps are all alike: step 0 is
-   measured (a warm-up, then the median of three) and taken for every step; so is a
-   scan's (its inputs ``xs[i]`` all have one shape).  A chain is measured step by
-   step, once.  Measuring holds one step's tape at a time and no snapshot, so
-   its peak is the largest tape, which any plan needs anyway; if that tape
-   alone is over the budget, measuring stops there with the ValueError of a
-   budget too small.  The random-number stream is put back as it was.
+   the bytes its tape holds).  A loop's steps are all alike: the first steps
+   are measured (step 0 taped once to learn its tape's bytes, then runs of up
+   to :data:`SPAN` steps, as many tapes as fit in the budget, timed three
+   times: the medians per step) and taken for every step; so are a scan's
+   (its inputs ``xs[i]`` all have one shape).  A chain is measured step by
+   step, once, one tape at a time.  Measuring holds no snapshot and never
+   more tapes than fit in the budget; if step 0's tape (a chain's step i)
+   alone is over it, measuring stops there with the ValueError of a budget
+   too small.  The random-number stream is put back as it was.
 2. **plans** with :class:`~remat.schedules.Optimal` (or, asked for, revolve or
    mixed with the most slots that fit).
 3. **runs** the plan with the executor, which refuses to hold more than the
@@ -171,12 +173,58 @@ def _nbytes(arrays):
     return sum(backend.nbytes(a) for a in arrays)
 
 
+SPAN = 16  # a loop's (or scan's) step is timed over runs of up to this many steps
+
+
+def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
+    """From x_start (current): advance untaped to ``advance_stop``, then from x_start
+    again tape to ``tape_stop`` and reverse with cotangents of ones.  Returns
+    (seconds advancing, seconds taping and reversing, bytes the tapes held, the
+    state at ``advance_stop``)."""
+    here = run.current
+    run.position = start
+    begin = time.perf_counter()
+    run.advance(schedules.Advance(start, advance_stop))
+    advanced = time.perf_counter() - begin
+    after = run.current
+    run.current, run.position = here, start
+    begin = time.perf_counter()
+    run.tape_steps(schedules.Tape(start, tape_stop))
+    taped = time.perf_counter() - begin
+    held = run.held.bytes
+    if held > memory:
+        run.release()
+        what = f"step {start}'s tape" if tape_stop == start + 1 else "the tapes measured"
+        raise ValueError(
+            f"{chain.owner}: memory={memory} bytes is too small: {what} alone holds {held} "
+            f"bytes, so any schedule needs at least {held} bytes (measuring stopped there)"
+        )
+    last = run.tapes[tape_stop - 1]
+    width = len(run.spec_at(tape_stop).shapes)
+    run.cotangent = _ones_for(t._data for t in last.outputs[:width])
+    if chain.has_ys:
+        run.ys_cotangent = [
+            None if g is None else _Rows(g, steps)
+            for g in _ones_for(y._data for y in last.outputs[width:])
+        ]
+    begin = time.perf_counter()
+    run.reverse(schedules.Reverse(start, tape_stop))
+    reversed_ = taped + time.perf_counter() - begin
+    run.current = after
+    return advanced, reversed_, held, after
+
+
 def measure_costs(tape, chain, state, steps, memory, alike, repeats=3):
     """The :class:`ChainCosts` of ``chain`` from ``state``, and the most bytes held measuring.
 
-    ``alike``: every step costs what step 0 does (a loop, a scan); step 0 is then
-    run once to warm up and ``repeats`` times timed, and the medians taken.
-    Raises ValueError as soon as one step's tape is over ``memory``.
+    Measured with the executor's own actions on a run of its own, whose
+    gradients go nowhere.  ``alike`` (a loop, a scan): every step costs what the
+    first do; step 0 is taped once (a warm-up, and its tape's bytes), then
+    ``repeats`` times the first ``min(steps, SPAN)`` steps are advanced over
+    and the first ``k`` taped and reversed, ``k`` as many tapes as fit in the
+    budget (at most ``SPAN``), and each time divided by its steps (the
+    median of the repeats).  Otherwise each step is measured once, one tape
+    at a time.  Raises ValueError as soon as a tape is over ``memory``.
     """
     x0, x0_nodes, tree = leaves_of(state, "the initial state")
     rng = backend.random_state()
@@ -187,56 +235,40 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=3):
     run.outer_sweep = _DropSweep()
     if chain.xs:
         run.xs_grads = [_Rows(backend.zeros(a.shape[1:], a.dtype, like=a), steps) for a in chain.xs]
-    forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
     peak = 0
     try:
-        for i in range(1 if alike else steps):
+        if alike:
+            start = run.current
+            _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
+            peak = tape_bytes
+            span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, memory // tape_bytes))
             f_times, r_times = [], []
-            for repeat in range(1 + repeats if alike else 1):
-                here = run.current
-                run.position = i
-                start = time.perf_counter()
-                run.advance(schedules.Advance(i, i + 1))
-                f_times.append(time.perf_counter() - start)
-                after = run.current
-                run.current, run.position = here, i
-                start = time.perf_counter()
-                run.tape_steps(schedules.Tape(i, i + 1))
-                taped = time.perf_counter() - start
-                held = run.held.bytes
+            for _ in range(repeats):
+                run.current = start
+                f, r, held, _ = _time_steps(run, chain, 0, span, taped_span, steps, memory)
                 peak = max(peak, held)
-                if held > memory:
-                    raise ValueError(
-                        f"{chain.owner}: memory={memory} bytes is too small: step {i}'s tape "
-                        f"alone holds {held} bytes, so any schedule needs at least {held} "
-                        "bytes (measuring stopped at that step)"
-                    )
-                step_tape = run.tapes[i]
-                run.cotangent = _ones_for(a._data for a in step_tape.outputs[: len(after[0])])
-                if chain.has_ys:
-                    ys = step_tape.outputs[len(after[0]) :]
-                    run.ys_cotangent = [
-                        None if g is None else _Rows(g, steps)
-                        for g in _ones_for(y._data for y in ys)
-                    ]
-                start = time.perf_counter()
-                run.reverse(schedules.Reverse(i, i + 1))
-                r_times.append(taped + time.perf_counter() - start)
-                run.current = after
-            if alike and repeats:
-                f_times, r_times = f_times[1:], r_times[1:]  # the first run warms up
-            forward.append(statistics.median(f_times))
-            reverse.append(statistics.median(r_times))
-            state_bytes.append(_nbytes(run.current[0]))
+                f_times.append(f / span)
+                r_times.append(r / taped_span)
+            costs = schedules.ChainCosts.uniform(
+                steps,
+                statistics.median(f_times),
+                statistics.median(r_times),
+                _nbytes(x0),
+                tape_bytes,
+            )
+            return costs, peak
+        forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
+        for i in range(steps):
+            f, r, held, after = _time_steps(run, chain, i, i + 1, i + 1, steps, memory)
+            peak = max(peak, held)
+            forward.append(f)
+            reverse.append(r)
+            state_bytes.append(_nbytes(after[0]))
             tape_bytes.append(held)
+        return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak
     finally:
         run.release()
         backend.set_random_state(rng)
-    if alike:
-        return schedules.ChainCosts.uniform(
-            steps, forward[0], reverse[0], state_bytes[0], tape_bytes[0]
-        ), peak
-    return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak
 
 
 # --- planning -------------------------------------------------------------------
