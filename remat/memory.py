@@ -17,8 +17,8 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
    cotangent of ones, the gradients thrown away (``reverse_time[i]``, and
    the bytes its tape holds).  A loop's steps are all alike: the first steps
    are measured (step 0 taped once to learn its tape's bytes, then runs of up
-   to :data:`SPAN` steps, as many tapes as fit in the budget, timed three
-   times: the medians per step) and taken for every step; so are a scan's
+   to :data:`SPAN` steps, as many tapes as fit in the budget, timed five
+   times: the least per step) and taken for every step; so are a scan's
    (its inputs ``xs[i]`` all have one shape).  A chain is measured step by
    step, once, one tape at a time.  Measuring holds no snapshot and never
    more tapes than fit in the budget; if step 0's tape (a chain's step i)
@@ -49,7 +49,6 @@ one step a block: the exact programme, which is slow for long chains).
 from __future__ import annotations
 
 import re
-import statistics
 import time
 from collections import OrderedDict
 from fractions import Fraction
@@ -214,7 +213,7 @@ def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
     return advanced, reversed_, held, after
 
 
-def measure_costs(tape, chain, state, steps, memory, alike, repeats=3):
+def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
     """The :class:`ChainCosts` of ``chain`` from ``state``, and the most bytes held measuring.
 
     Measured with the executor's own actions on a run of its own, whose
@@ -223,7 +222,8 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=3):
     ``repeats`` times the first ``min(steps, SPAN)`` steps are advanced over
     and the first ``k`` taped and reversed, ``k`` as many tapes as fit in the
     budget (at most ``SPAN``), and each time divided by its steps (the
-    median of the repeats).  Otherwise each step is measured once, one tape
+    least of the repeats: what another process running on the machine adds
+    is noise that only ever lengthens a run).  Otherwise each step is measured once, one tape
     at a time.  Raises ValueError as soon as a tape is over ``memory``.
     """
     x0, x0_nodes, tree = leaves_of(state, "the initial state")
@@ -232,6 +232,7 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=3):
         tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
     )
     run.held = Holdings()
+    run.check_values = tape.check_replay  # the plan's re-taped steps will be checked: time it
     run.outer_sweep = _DropSweep()
     if chain.xs:
         run.xs_grads = [_Rows(backend.zeros(a.shape[1:], a.dtype, like=a), steps) for a in chain.xs]
@@ -251,8 +252,8 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=3):
                 r_times.append(r / taped_span)
             costs = schedules.ChainCosts.uniform(
                 steps,
-                statistics.median(f_times),
-                statistics.median(r_times),
+                min(f_times),
+                min(r_times),
                 _nbytes(x0),
                 tape_bytes,
             )
