@@ -210,12 +210,12 @@ class Tape(Recorder):
 
     def _budgeted(self, chain, state, steps, functions, alike):
         """Run ``chain`` under the byte budget: plan it (or reuse the plan), run, report."""
-        schedule, costs, how = _memory.plan_chain(self, chain, state, steps, functions, alike)
+        plan = _memory.plan_chain(self, chain, state, steps, functions, alike)
+        schedule, costs, predicted, how = plan
         result = run_chain(self, chain, state, schedule)
         self.plans.append((schedule, costs))
         stats = self.loops[-1]
-        stats.memory, stats.plan = self.byte_limit, how
-        stats.predicted_seconds = _memory.predicted_time(schedule, costs)
+        stats.memory, stats.plan, stats.predicted_seconds = self.byte_limit, how, predicted
         return result
 
     def chain(self, functions, state):

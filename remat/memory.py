@@ -28,6 +28,9 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
    mixed with the most slots that fit).
 3. **runs** the plan with the executor, which refuses to hold more than the
    budget (a LoopError, should the chain have changed since it was measured).
+   ``tape.stats.predicted_seconds`` is the plan's time under the costs, plus
+   (a loop, a scan) the measured overhead of each Advance, Tape and Reverse
+   action: a one-step action's time beyond a step's share of a long run.
 
 The plan is cached, keyed by the functions (the objects themselves), the
 shapes and dtypes of the state (and of ``xs``), the length and the budget, so
@@ -214,7 +217,8 @@ def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
 
 
 def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
-    """The :class:`ChainCosts` of ``chain`` from ``state``, and the most bytes held measuring.
+    """``(costs, peak, overhead)``: the :class:`ChainCosts` of ``chain`` from ``state``, the
+    most bytes held measuring, and the seconds an action costs besides its steps.
 
     Measured with the executor's own actions on a run of its own, whose
     gradients go nowhere.  ``alike`` (a loop, a scan): every step costs what the
@@ -243,21 +247,23 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
             _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
             peak = tape_bytes
             span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, memory // tape_bytes))
-            f_times, r_times = [], []
+            f_times, r_times, f_one, r_one = [], [], [], []
             for _ in range(repeats):
                 run.current = start
                 f, r, held, _ = _time_steps(run, chain, 0, span, taped_span, steps, memory)
                 peak = max(peak, held)
                 f_times.append(f / span)
                 r_times.append(r / taped_span)
-            costs = schedules.ChainCosts.uniform(
-                steps,
-                min(f_times),
-                min(r_times),
-                _nbytes(x0),
-                tape_bytes,
-            )
-            return costs, peak
+                run.current = start
+                f, r, _, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
+                f_one.append(f)
+                r_one.append(r)
+            f, r = min(f_times), min(r_times)
+            costs = schedules.ChainCosts.uniform(steps, f, r, _nbytes(x0), tape_bytes)
+            # what an action that runs steps costs besides them: a one-step Advance, and a
+            # one-step Tape and its Reverse (two actions), less their steps' share of the runs
+            overhead = (max(0.0, min(f_one) - f) + max(0.0, min(r_one) - r) / 2) / 2
+            return costs, peak, overhead
         forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
         for i in range(steps):
             f, r, held, after = _time_steps(run, chain, i, i + 1, i + 1, steps, memory)
@@ -266,7 +272,8 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
             reverse.append(r)
             state_bytes.append(_nbytes(after[0]))
             tape_bytes.append(held)
-        return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak
+        # each step was timed in an action of its own: the actions' overhead is in its times
+        return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak, 0.0
     finally:
         run.release()
         backend.set_random_state(rng)
@@ -410,8 +417,8 @@ def _spec_key(tree_and_arrays):
 
 
 def plan_chain(tape, chain, state, steps, functions, alike):
-    """``(schedule, costs, how)`` for ``chain`` under ``tape``'s budget: from the cache
-    ("reused") or measured and planned now ("measured")."""
+    """``(schedule, costs, predicted seconds, how)`` for ``chain`` under ``tape``'s budget:
+    from the cache ("reused") or measured and planned now ("measured")."""
     memory, name, snapshots = tape.byte_limit, tape.memory_schedule, tape.policy.snapshots
     x0, _, tree = leaves_of(state, "the initial state")
     key = (
@@ -431,21 +438,27 @@ def plan_chain(tape, chain, state, steps, functions, alike):
     if entry is not None:
         _PLANS.move_to_end(key)
         return (*entry, "reused")
-    costs, _ = measure_costs(tape, chain, state, steps, memory, alike)
+    costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike)
     if name == "optimal":
         schedule = plan_optimal(costs, memory, chain.owner)
     else:
         schedule = fitting_slots(name, costs, memory, snapshots, chain.owner)
+    predicted = predicted_time(schedule, costs, overhead)
     if key is not None:
-        _PLANS[key] = (schedule, costs)
+        _PLANS[key] = (schedule, costs, predicted)
         while len(_PLANS) > CACHE_SIZE:
             _PLANS.popitem(last=False)
-    return schedule, costs, "measured"
+    return schedule, costs, predicted, "measured"
 
 
-def predicted_time(schedule, costs):
-    """The schedule's time under ``costs`` (an Optimal plan knows it already)."""
+def predicted_time(schedule, costs, overhead=0.0):
+    """The schedule's time under ``costs`` (its steps: an Optimal plan knows it), plus
+    ``overhead`` seconds for each of its Advance, Tape and Reverse actions (those that
+    run steps; a Snapshot, Restore or Free costs far less)."""
     known = getattr(schedule, "predicted_time", None)
-    if known is not None:
+    if known is None:
+        known = schedules.simulate(schedule, costs).time
+    if not overhead:
         return known
-    return schedules.simulate(schedule, costs).time
+    counted = (schedules.Advance, schedules.Tape, schedules.Reverse)
+    return known + overhead * sum(type(action) in counted for action in schedule)

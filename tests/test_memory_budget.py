@@ -451,8 +451,30 @@ def test_a_long_heterogeneous_chain_is_planned_over_blocks(monkeypatch):
     tape = Tape(memory=budget)
     assert same(run_chain(tape), reference)
     assert tape.stats.schedule == "Blocks" and tape.stats.peak_bytes <= budget
-    plan, measured = memory._PLANS[next(reversed(memory._PLANS))]
+    plan, measured = tape.plans[0]
+    # a chain's steps are timed in actions of their own: no overhead is added
     assert tape.stats.predicted_seconds == pytest.approx(schedules.simulate(plan, measured).time)
+
+
+def test_the_prediction_adds_an_overhead_for_each_action_that_runs_steps():
+    costs = schedules.ChainCosts.uniform(10, 1.0, 3.0, 8, 16)
+    plan = schedules.Revolve(10, 2)
+    kinds = [type(a) for a in plan]
+    running = sum(k in (schedules.Advance, schedules.Tape, schedules.Reverse) for k in kinds)
+    assert 0 < running < len(kinds) - 2
+    base = schedules.simulate(plan, costs).time
+    assert memory.predicted_time(plan, costs) == base
+    assert memory.predicted_time(plan, costs, 0.5) == base + 0.5 * running
+    optimal = schedules.Optimal(costs, 64)
+    assert memory.predicted_time(optimal, costs) == optimal.predicted_time
+
+
+def test_a_loop_prediction_is_the_plan_time_and_a_measured_overhead():
+    tape = Tape(memory=schedules.minimum_bytes(costs_of("loop")))
+    clear_grads()
+    run_loop(tape)
+    plan, measured = tape.plans[0]
+    assert tape.stats.predicted_seconds >= schedules.simulate(plan, measured).time
 
 
 def test_blocks_too_coarse_for_the_budget_are_refined(monkeypatch):
