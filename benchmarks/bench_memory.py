@@ -16,6 +16,7 @@ store-all's, and every run's ``tape.stats.peak_bytes`` against its budget.
 from benchmarks.common import environment, table  # noqa: I001  (pins BLAS threads first)
 
 import gc
+import os
 import statistics
 
 import numpy as np
@@ -79,6 +80,7 @@ def measure(width, steps, repeats):
 
 def run(quick=False):
     steps, widths, repeats = (20, (16, 32), 1) if quick else (STEPS, WIDTHS, REPEATS)
+    load_before = os.getloadavg()[0]
     predicted_rows, versus_rows, worst, worst_median = [], [], 0.0, 0.0
     for width in widths:
         costs, rows = measure(width, steps, repeats)
@@ -144,6 +146,11 @@ def run(quick=False):
                 ],
                 predicted_rows,
             ),
+            "",
+            f"Load average (1 min) {load_before:.2f} before, {os.getloadavg()[0]:.2f} after, "
+            f"on {os.cpu_count()} cores: on a machine busy with other work, a whole run is "
+            "slowed by what shares its cores while the short timings of the measurement "
+            "mostly are not, so runs are slower than predicted there.",
             "",
             f"Largest |fastest / predicted - 1|: {worst:.1%}; of the medians: "
             f"{worst_median:.1%}. (The costs are the least of five timings of the first "
