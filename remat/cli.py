@@ -410,6 +410,17 @@ PUBLIC = (  # the fields of a row that csv and json print
 )
 
 
+def _compare_heading(args, description):
+    """The fields every ``remat compare`` json document starts with."""
+    return dict(
+        command="compare",
+        workload=args.workload,
+        description=description,
+        steps=args.steps,
+        repeats=args.repeats,
+    )
+
+
 def compare(args, out=None):
     out = out or sys.stdout
     if args.memory is not None:
@@ -422,12 +433,8 @@ def compare(args, out=None):
     public = [{key: row[key] for key in PUBLIC} for row in rows]
     if args.format == "json":
         document = dict(
-            command="compare",
-            workload=args.workload,
-            description=description,
-            steps=args.steps,
+            **_compare_heading(args, description),
             snapshots=args.snapshots,
-            repeats=args.repeats,
             state_bytes=rows[0]["state_bytes"],
             method=(
                 f"seconds: median of {args.repeats} runs per schedule without tracemalloc, "
@@ -607,12 +614,8 @@ def compare_memory(args, out):
     if args.format == "json":
         _write_json(
             dict(
-                command="compare",
-                workload=args.workload,
-                description=description,
-                steps=args.steps,
+                **_compare_heading(args, description),
                 memory=args.memory,
-                repeats=args.repeats,
                 least_bytes=S.minimum_bytes(costs),
                 store_all_model_bytes=sum(costs.tape_bytes),
                 method=(
