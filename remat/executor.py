@@ -93,7 +93,7 @@ class LoopStats:
     ``memory`` is the byte budget, ``plan`` says whether the plan was
     "measured" for this chain or "reused" from an earlier one, and
     ``predicted_seconds`` is the plan's time under the measured costs (with a
-    measured overhead per action that runs steps, for a loop or a scan).
+    measured overhead per action that runs steps).
     """
 
     steps: int = 0

@@ -29,8 +29,8 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
 3. **runs** the plan with the executor, which refuses to hold more than the
    budget (a LoopError, should the chain have changed since it was measured).
    ``tape.stats.predicted_seconds`` is the plan's time under the costs, plus
-   (a loop, a scan) the measured overhead of each Advance, Tape and Reverse
-   action: a one-step action's time beyond a step's share of a long run.
+   the measured overhead of each Advance, Tape and Reverse action: a one-step
+   action's time beyond a step's share of a long run.
 
 The plan is cached, keyed by the functions (the objects themselves), the
 shapes and dtypes of the state (and of ``xs``), the length and the budget, so
@@ -218,7 +218,8 @@ def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
 
 def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
     """``(costs, peak, overhead)``: the :class:`ChainCosts` of ``chain`` from ``state``, the
-    most bytes held measuring, and the seconds an action costs besides its steps.
+    most bytes held measuring, and the seconds an action costs besides its steps
+    (a dict by kind of action, for :func:`predicted_time`).
 
     Measured with the executor's own actions on a run of its own, whose
     gradients go nowhere.  ``alike`` (a loop, a scan): every step costs what the
@@ -228,7 +229,10 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
     budget (at most ``SPAN``), and each time divided by its steps (the
     least of the repeats: what another process running on the machine adds
     is noise that only ever lengthens a run).  Otherwise each step is measured once, one tape
-    at a time.  Raises ValueError as soon as a tape is over ``memory``.
+    at a time, and the whole chain advanced over once more: what n one-step
+    Advances cost beyond it is the overhead of n - 1 actions, taken out of the
+    steps' times and charged per action.  Raises ValueError as soon as a tape
+    is over ``memory``.
     """
     x0, x0_nodes, tree = leaves_of(state, "the initial state")
     rng = backend.random_state()
@@ -241,9 +245,9 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
     if chain.xs:
         run.xs_grads = [_Rows(backend.zeros(a.shape[1:], a.dtype, like=a), steps) for a in chain.xs]
     peak = 0
+    start = run.current
     try:
         if alike:
-            start = run.current
             _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
             peak = tape_bytes
             span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, memory // tape_bytes))
@@ -262,7 +266,8 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
             costs = schedules.ChainCosts.uniform(steps, f, r, _nbytes(x0), tape_bytes)
             # what an action that runs steps costs besides them: a one-step Advance, and a
             # one-step Tape and its Reverse (two actions), less their steps' share of the runs
-            overhead = (max(0.0, min(f_one) - f) + max(0.0, min(r_one) - r) / 2) / 2
+            each = (max(0.0, min(f_one) - f) + max(0.0, min(r_one) - r) / 2) / 2
+            overhead = dict.fromkeys((schedules.Advance, schedules.Tape, schedules.Reverse), each)
             return costs, peak, overhead
         forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
         for i in range(steps):
@@ -272,8 +277,19 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
             reverse.append(r)
             state_bytes.append(_nbytes(after[0]))
             tape_bytes.append(held)
-        # each step was timed in an action of its own: the actions' overhead is in its times
-        return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak, 0.0
+        overhead = {}
+        if steps > 1:  # each step was timed in actions of its own: their overhead is in its
+            # times; one untaped run of the whole chain tells it (what n one-step Advances
+            # cost beyond one Advance of n steps), and it is charged per action instead
+            run.current, run.position = start, 0
+            begin = time.perf_counter()
+            run.advance(schedules.Advance(0, steps))
+            whole = time.perf_counter() - begin
+            each = min(max(0.0, (sum(forward) - whole) / (steps - 1)), min(forward))
+            forward = [f - each for f in forward]
+            overhead = {schedules.Advance: each}  # a step's records are made one by one
+            # whether taped in one action or many: its Tape/Reverse times keep their share
+        return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak, overhead
     finally:
         run.release()
         backend.set_random_state(rng)
@@ -451,14 +467,14 @@ def plan_chain(tape, chain, state, steps, functions, alike):
     return schedule, costs, predicted, "measured"
 
 
-def predicted_time(schedule, costs, overhead=0.0):
+def predicted_time(schedule, costs, overhead=None):
     """The schedule's time under ``costs`` (its steps: an Optimal plan knows it), plus
-    ``overhead`` seconds for each of its Advance, Tape and Reverse actions (those that
-    run steps; a Snapshot, Restore or Free costs far less)."""
+    ``overhead[kind]`` seconds for each action of that kind (a dict; by the
+    measurement, Advance, Tape and Reverse for a loop or scan, Advance for a chain,
+    whose steps' taped times were measured one action each)."""
     known = getattr(schedule, "predicted_time", None)
     if known is None:
         known = schedules.simulate(schedule, costs).time
     if not overhead:
         return known
-    counted = (schedules.Advance, schedules.Tape, schedules.Reverse)
-    return known + overhead * sum(type(action) in counted for action in schedule)
+    return known + sum(overhead.get(type(action), 0.0) for action in schedule)
