@@ -121,6 +121,16 @@ class Tape(Recorder):
     run on the GPU.  ``policy`` is reserved for selective recomputation (only
     None is accepted yet).
 
+    ``memory=`` is a budget in bytes (an int, or ``"512 KiB"``, ``"64 MiB"``,
+    ``"2 GB"``): each loop, chain and scan is measured, planned with
+    :class:`remat.schedules.Optimal` (``schedule=None`` or ``"optimal"``) and
+    run within it (:mod:`remat.memory`); ``tape.stats.peak_bytes`` never
+    exceeds it, and ``tape.plans`` lists each chain's (schedule, measured
+    costs).  With ``snapshots=s`` (and ``schedule="revolve"``, the default
+    then, or ``"mixed"``) the two must agree: ``s`` slots must fit in the
+    budget under the measured costs; ``"revolve"`` or ``"mixed"`` without
+    ``snapshots=`` take the most slots that fit.  Other schedules are refused.
+
     A tape keeps every record made on it, and a chain's record keeps its
     snapshots until the chain is reversed: evaluate without gradients under
     ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.

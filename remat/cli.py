@@ -180,9 +180,8 @@ def build_parser():
     compare.add_argument(
         "--budgets",
         type=_count("--budgets", 1, 100),
-        default=5,
         help="with --memory: how many budgets on the curve (spaced evenly on a log scale "
-        "from the least a plan needs up to --memory)",
+        "from the least a plan needs up to --memory; default 5)",
     )
     _output_options(compare, "a figure of memory, step evaluations and time")
     schedule = commands.add_parser(
@@ -425,6 +424,9 @@ def compare(args, out=None):
     out = out or sys.stdout
     if args.memory is not None:
         return compare_memory(args, out)
+    if args.budgets is not None:
+        print("remat compare: error: --budgets needs --memory", file=sys.stderr)
+        return 2
     rows = measure(args.workload, args.steps, args.snapshots, args.repeats, bool(args.plot))
     failures = _check(rows)
     description = make_workload(args.workload, steps=1).description
@@ -605,7 +607,8 @@ def _check_curve(rows):
 
 
 def compare_memory(args, out):
-    rows, costs = measure_curve(args.workload, args.steps, args.memory, args.budgets, args.repeats)
+    count = 5 if args.budgets is None else args.budgets
+    rows, costs = measure_curve(args.workload, args.steps, args.memory, count, args.repeats)
     failures = _check_curve(rows)
     description = make_workload(args.workload, steps=1).description
     if args.plot:

@@ -344,7 +344,8 @@ def test_compare_memory_draws_the_budget_curve_within_every_budget():
     ],
 )
 def test_compare_memory_refuses_a_bad_budget_in_one_line(memory, message):
-    result = run_cli("compare", "--memory", memory, "--steps", "20")
+    given = ["--budgets", "3"] if memory is None else ["--memory", memory]
+    result = run_cli("compare", *given, "--steps", "20")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
