@@ -89,8 +89,9 @@ def batch(offsets, length=T):
 # evaluated several times, in an order the schedule decides, and it must compute the
 # same thing each time.
 #
-# Parameters are updated in place under `rm.no_grad()`: `p -= LR * p.grad` gives each
-# parameter a new array and leaves the old one to any backward that saved it.
+# Parameters are updated by `rm.optim.SGD`, which gives each parameter a new array
+# (`p -= lr * p.grad` under `rm.no_grad()`) and leaves the old one to any backward
+# that still needs it.
 
 # %%
 def init_params():
@@ -117,12 +118,10 @@ def sgd_step(params, tape, x, y):
     state = (rm.tensor(np.zeros((B, H))), rm.tensor(0), rm.tensor(0.0))
     _, _, total = tape.loop(step, state, steps=length)
     loss = total / (length * B)  # mean cross-entropy per character, in nats
-    for p in params:
-        p.grad = None
+    optimizer = rm.optim.SGD(params, lr=LR)
+    optimizer.zero_grad()
     loss.backward()
-    with rm.no_grad():
-        for p in params:
-            p -= LR * p.grad
+    optimizer.step()
     return loss.item()
 
 

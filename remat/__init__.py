@@ -9,17 +9,20 @@ array([0.        , 1.38177329, 0.07700375])
 This module only re-exports; see the submodules for the ideas.
 """
 
-from . import guard, pytree, random, schedules
+from . import guard, optim, pytree, random, schedules
 from .backend import DeviceError, cuda_available
 from .budget import Tape
 from .checkpoint import checkpoint
+from .creation import arange, eye, full, ones, ones_like, zeros, zeros_like
 from .executor import LoopError, LoopStats, ReplayError, StepOutputError
-from .functional import GradcheckError, grad, gradcheck, value_and_grad
+from .functional import GradcheckError, grad, gradcheck, hvp, jvp, value_and_grad
 from .ops import (
     OPS,
     ShapeError,
     abs,
     add,
+    argmax,
+    argmin,
     astype,
     broadcast_to,
     clip,

@@ -24,6 +24,7 @@ import numpy as np
 xp = np
 ndarray = np.ndarray
 float64 = np.float64
+int64 = np.int64
 
 DEVICES = ("cpu", "cuda")
 
@@ -87,6 +88,11 @@ def check_device(device) -> str:
     return device
 
 
+def array_module(device):
+    """The array module (numpy or cupy) that makes arrays on ``device``."""
+    return np if check_device(device) == "cpu" else _cupy()
+
+
 def to_device(array, device):
     """``array`` on ``device`` (the same object if it is there already)."""
     if device_of(array) == check_device(device):
@@ -126,6 +132,10 @@ def is_array(value) -> bool:
 
 def is_floating(dtype) -> bool:
     return np.issubdtype(dtype, np.floating)
+
+
+def is_integer(dtype) -> bool:
+    return np.issubdtype(dtype, np.integer)
 
 
 def is_complex(dtype) -> bool:
@@ -343,6 +353,18 @@ def uniform(low, high, size, dtype, device="cpu"):
 def normal(loc, scale, size, dtype, device="cpu"):
     _random.draws += 1
     return to_device(np.asarray(_random.generator.normal(loc, scale, size), dtype=dtype), device)
+
+
+def randint(low, high, size, dtype, device="cpu"):
+    """Integers in [low, high) (NumPy's ``Generator.integers``)."""
+    _random.draws += 1
+    return to_device(np.asarray(_random.generator.integers(low, high, size, dtype=dtype)), device)
+
+
+def permutation(n, device="cpu"):
+    """A random ordering of ``0 .. n-1`` (int64)."""
+    _random.draws += 1
+    return to_device(_random.generator.permutation(n), device)
 
 
 # --- building workloads ---------------------------------------------------------------

@@ -204,7 +204,9 @@ class Tape(Recorder):
         _check_state("tape.loop", state)
         if steps == 0:
             return state
-        chain = Chain("tape.loop", lambda i, s, x: (step(s), None), _step_name, same_spec=True)
+        chain = Chain(
+            "tape.loop", lambda i, s, x: (step(s), None), _step_name, same_spec=True, step=step
+        )
         if self.byte_limit is not None:
             if until is not None:
                 raise ValueError(

@@ -29,14 +29,23 @@ from .executor import (
     is_value,
     leaves_of,
     outputs_of,
-    refuse_twice,
     reverse_step,
     saved_by,
     tape_call,
 )
+from .functional import forward_sweep
 from .ops.core import Op
 from .pytree import flatten, unflatten
-from .tape import GRAD_ENABLED, OPEN_TAPE, STEP, BackwardError, StepValue, next_sequence, no_grad
+from .tape import (
+    GRAD_ENABLED,
+    OPEN_TAPE,
+    STEP,
+    BackwardError,
+    StepValue,
+    enable_grad,
+    next_sequence,
+    no_grad,
+)
 from .tensor import Tensor
 
 
@@ -119,8 +128,39 @@ class Call:
     def nbytes(self):
         return sum(backend.nbytes(a) for a in self.arrays)
 
-    def recompute(self, nodes):
-        """f evaluated again on the stored inputs, recorded: a StepTape."""
+    def splice(self, nodes):
+        """f evaluated again on its inputs themselves, recorded as ordinary records
+        that hang off the inputs' own nodes: for a backward that is itself
+        differentiated (rm.grad of rm.grad, rm.hvp), which then reverses them
+        like any other part of the graph.  Returns f's output leaf Tensors."""
+        inputs = [Tensor._from_record(a, node) for a, node in zip(self.arrays, nodes)]
+        args, kwargs = unflatten(self.tree, inputs)
+        rng = backend.random_state()
+        backend.set_random_state(self.rng)
+        try:
+            with enable_grad():
+                out = self.f(*args, **kwargs)
+        finally:
+            backend.set_random_state(rng)
+        out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
+        self.check_replay(out_tree, out_arrays)
+        return flatten(out, is_value)[0]
+
+    def check_replay(self, out_tree, out_arrays):
+        """Refuse a recomputation that does not give what the first run gave."""
+        wrong = self.spec.differs(Spec.of(out_tree, out_arrays))
+        if wrong is None and self.fingerprints is not None:
+            if fingerprint_all(out_arrays, self.full) != self.fingerprints:
+                wrong = "different values (the same structure, shapes and dtypes)"
+        if wrong is not None:
+            raise ReplayError(
+                f"{self.name} was recomputed in backward and returned {wrong} than its first "
+                f"run. {REPLAY_CAUSES}"
+            )
+
+    def recompute(self, nodes, keep_records=False):
+        """f evaluated again on the stored inputs, recorded: a StepTape (and its
+        records, with ``keep_records``)."""
         k = guard.changed(self.arrays, self.checks, self.seq)
         if k is not None:
             raise BackwardError(
@@ -146,25 +186,24 @@ class Call:
         finally:
             STEP.reset(token)
             backend.set_random_state(rng)
-        wrong = self.spec.differs(Spec.of(out_tree, out_arrays))
-        if wrong is None and self.fingerprints is not None:
-            if fingerprint_all(out_arrays, self.full) != self.fingerprints:
-                wrong = "different values (the same structure, shapes and dtypes)"
-        if wrong is not None:
-            raise ReplayError(
-                f"{self.name} was recomputed in backward and returned {wrong} than its first "
-                f"run. {REPLAY_CAUSES}"
-            )
+        self.check_replay(out_tree, out_arrays)
         outputs = [
             t if isinstance(t, Tensor) else Tensor._wrap(t) for t in flatten(out, is_value)[0]
         ]
-        return StepTape(input_nodes, outputs, floor, stop, saved_by(records, floor, input_nodes))
+        step_tape = StepTape(
+            input_nodes, outputs, floor, stop, saved_by(records, floor, input_nodes)
+        )
+        return (step_tape, records) if keep_records else step_tape
 
 
 def _checkpoint_backward(record, g, sweep):
-    if sweep.create_graph:
-        raise refuse_twice("rm.checkpoint")
     call, nodes = record.args[0], record.parents
+    if sweep.create_graph:  # differentiated again: splice the recomputation into the graph
+        outputs = call.splice(nodes)
+        for t, gk in zip(outputs, g.parts):
+            if t.node and gk is not None:
+                sweep.add(t.node, gk)
+        return
     if not sweep.retain_graph:
         record.release()  # the inputs go once they are used (unless retained)
     step_tape = call.recompute(nodes)
@@ -174,4 +213,31 @@ def _checkpoint_backward(record, g, sweep):
             sweep.add(node, gi)
 
 
-CHECKPOINT = Op("checkpoint", None, (), None, custom_backward=_checkpoint_backward)
+def _checkpoint_tangent(record, tangents):
+    """Forward mode: f recomputed on the stored inputs, carrying their tangents (and
+    those of the values f closes over, already in ``tangents``)."""
+    call, nodes = record.args[0], record.parents
+    step_tape, records = call.recompute(nodes, keep_records=True)
+    seeds = dict(tangents)
+    for node, stand_in in zip(nodes, step_tape.inputs):
+        t = tangents.get(id(node)) if node else None
+        if t is not None:
+            seeds[id(stand_in)] = t
+    inner = forward_sweep(records, seeds)
+    out = []
+    for t in step_tape.outputs:
+        tangent = inner.get(id(t.node)) if t.node else None
+        out.append(
+            tangent if tangent is not None else backend.zeros(t.shape, t.dtype, like=t._data)
+        )
+    return out
+
+
+CHECKPOINT = Op(
+    "checkpoint",
+    None,
+    (),
+    None,
+    custom_backward=_checkpoint_backward,
+    custom_tangent=_checkpoint_tangent,
+)

@@ -370,7 +370,13 @@ def _select_vjp(ns, g, ans, _, index, width, shape):
 
 # Outputs: one `loop_output` record per output leaf, each pointing at the
 # chain's record, so a pytree of outputs fits a tape of single-output records.
-SELECT = Op("loop_output", None, (_select_vjp,), ("",))
+SELECT = Op(
+    "loop_output",
+    None,
+    (_select_vjp,),
+    ("",),
+    jvps=(lambda ns, t, ans, _, index, width, shape: t[index],),  # t: every output's tangent
+)
 
 
 def outputs_of(op, payload, parents, arrays, shape):
@@ -419,15 +425,26 @@ class Chain:
     """What the executor runs: ``n`` steps, each ``call(i, state, x)`` -> (state, y).
 
     ``name(i)`` names step i in messages; ``same_spec`` says every state has
-    x_0's spec (loops and scans); ``xs`` are the per-step inputs' leaf arrays
+    x_0's spec (loops and scans); ``step`` is a loop's function itself;
+    ``xs`` are the per-step inputs' leaf arrays
     (leading axis n) and their nodes; ``has_ys`` says steps give outputs.
     """
 
     def __init__(
-        self, owner, call, name, same_spec, xs=(), xs_nodes=(), xs_tree=None, has_ys=False
+        self,
+        owner,
+        call,
+        name,
+        same_spec,
+        xs=(),
+        xs_nodes=(),
+        xs_tree=None,
+        has_ys=False,
+        step=None,
     ):
         self.owner = owner  # "tape.loop", "tape.chain" or "tape.scan"
         self.call = call
+        self.step = step  # a loop's step function itself (state -> state), or None
         self.name = name
         self.same_spec = same_spec
         self.xs = xs
@@ -449,6 +466,9 @@ class ChainRun:
         self.schedule = schedule
         self.actions = iter(schedule)
         self.specs = {0: spec0}  # position -> Spec of x_position, learned going forward
+        # a loop over one Tensor: call_step takes a short path (bench_loop's tiny steps)
+        self.short = chain.step is not None and spec0.tree.kind == "leaf"
+        self.floating = backend.is_floating(spec0.dtypes[0])
         self.devices = tuple(backend.device_of(a) for a in x0)
         self.until = until
         self.max_steps = max_steps
@@ -485,12 +505,27 @@ class ChainRun:
 
         Taped, the inputs are leaves (for the float components) so that the
         step's ops are recorded; untaped, they are constants.  The outputs are
-        x_{i+1}'s leaf Tensors, then y_i's.
+        x_{i+1}'s leaf Tensors, then y_i's; ``inputs`` are the inputs' nodes.
         """
         self.evaluating = i
         self.stats.forward_steps += 1
-        chain, spec = self.chain, self.spec_at(i)
+        chain = self.chain
         marker = StepValue(chain.owner, i, self.context)  # what it makes without a gradient
+        if self.short:  # one Tensor in, one Tensor out: tape.loop's common case, kept short
+            a = arrays[0]
+            t = Tensor._stand_in(a) if taped and self.floating else Tensor._from_record(a, marker)
+            token = STEP.set(marker)
+            try:
+                out = chain.step(t)
+            finally:
+                STEP.reset(token)
+            if type(out) is Tensor and (out.node or out.node is None or out.node is marker):
+                data = out._data
+                spec = self.specs[0]
+                if data.shape == spec.shapes[0] and data.dtype == spec.dtypes[0]:
+                    self.check_short(i, data, taped)
+                    return (data,), [t.node], [out]
+            return self.finish_step(i, marker, out, None, [t.node], taped)  # explains what is off
 
         def stand_in(a, wanted):  # a leaf to differentiate with respect to, or a constant
             return Tensor._stand_in(a) if wanted else Tensor._from_record(a, marker)
@@ -502,9 +537,18 @@ class ChainRun:
         nodes = [t.node for t in state_in + x_in]  # now: the step may rebind its inputs (x += 1)
         token = STEP.set(marker)
         try:
-            state = unflatten(spec.tree, state_in)
+            state = unflatten(self.spec_at(i).tree, state_in)
             x = unflatten(chain.xs_tree, x_in) if chain.xs_tree is not None else None
             new_state, y = chain.call(i, state, x)
+        finally:
+            STEP.reset(token)
+        return self.finish_step(i, marker, new_state, y, nodes, taped)
+
+    def finish_step(self, i, marker, new_state, y, nodes, taped):
+        """The general case of call_step: flatten what step i returned, and check it."""
+        chain = self.chain
+        token = STEP.set(marker)  # its own values may be among what it returns
+        try:
             out_arrays, _, tree = leaves_of(new_state, f"{chain.name(i)}: its new state", True)
             outputs = flatten(new_state, is_value)[0]
             if chain.has_ys:
@@ -516,6 +560,18 @@ class ChainRun:
             STEP.reset(token)
         self.check_step(i, tree, out_arrays, y_tree, y_arrays, taped)
         return out_arrays, nodes, outputs
+
+    def check_short(self, i, data, taped):
+        """check_step for a state of one Tensor whose shape and dtype are known to fit."""
+        if i == self.reached:
+            self.reached += 1
+            if self.check_values:
+                self.first.append(backend.replay_fingerprint(data))
+        elif taped and self.check_values and backend.replay_fingerprint(data) != self.first[i]:
+            raise ReplayError(
+                f"{self.chain.name(i)} was recomputed from its stored input and returned "
+                f"different values (the same shape and dtype) than its first run. {REPLAY_CAUSES}"
+            )
 
     def spec_at(self, i):
         """The Spec of x_i (a loop's and a scan's states all have x_0's)."""

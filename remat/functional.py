@@ -1,4 +1,4 @@
-"""Functional API: grad, value_and_grad and gradcheck.
+"""Functional API: grad, value_and_grad, gradcheck, and forward mode (jvp, hvp).
 
 ``rm.grad(f)`` turns a function of Tensors returning a scalar Tensor into a
 function returning its gradient.  Called on plain arrays it returns arrays;
@@ -16,6 +16,7 @@ from .tape import (
     GRAD_DEPTH,
     STEP,
     BackwardError,
+    Recorder,
     backward_to,
     enable_grad,
     grad_enabled,
@@ -207,3 +208,95 @@ def _value(f, arrays):
         out = f(*[Tensor(a) for a in arrays])
     value = out._data if isinstance(out, Tensor) else backend.asarray(out)
     return float(backend.to_host(value).reshape(-1)[0])
+
+
+# --- forward mode -------------------------------------------------------------------
+
+
+def jvp(f, primals, tangents):
+    """``(f(*primals), J v)``: the value of ``f`` and its directional derivative along
+    ``tangents``, by forward mode (as ``jax.jvp``).
+
+    ``primals`` and ``tangents`` are tuples of the same structure (arrays,
+    Tensors, pytrees of them).  remat records ``f`` once, then walks the
+    records in the order they were made, applying each op's tangent rule
+    (``jvps`` in the op table) to the tangents of its inputs: the forward
+    sweep beside the reverse one.  Results are arrays, in ``f``'s output
+    structure.  ``rm.checkpoint`` recomputes its function with tangents;
+    through checkpointed loops, chains and scans forward mode is not
+    supported yet (a clear error).
+    """
+    if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
+        raise TypeError("rm.jvp: primals and tangents must be tuples (one entry per argument)")
+    leaves, tree = flatten(primals, _is_value)
+    tangent_leaves, tangent_tree = flatten(tangents, _is_value)
+    if tangent_tree != tree:
+        raise ValueError(f"rm.jvp: tangents have structure {tangent_tree}, primals {tree}")
+    seeds = {}
+    inputs = []
+    for k, (p, t) in enumerate(zip(leaves, tangent_leaves)):
+        leaf = _target(k, p.detach() if isinstance(p, Tensor) else p, nested=False)
+        t = backend.asarray(t._data if isinstance(t, Tensor) else t)
+        if t.shape != leaf.shape:
+            raise ValueError(
+                f"rm.jvp: tangent {k} has shape {t.shape} but its primal has shape {leaf.shape}"
+            )
+        seeds[id(leaf.node)] = t.astype(leaf.dtype, copy=False)
+        inputs.append(leaf)
+    recorder = Recorder()
+    with recorder, enable_grad():
+        out = f(*unflatten(tree, inputs))
+    tangent_of = forward_sweep(recorder.records, seeds)
+    outs, out_tree = flatten(out, _is_value)
+    values, out_tangents = [], []
+    for o in outs:
+        data = o._data if isinstance(o, Tensor) else backend.asarray(o)
+        t = tangent_of.get(id(o.node)) if isinstance(o, Tensor) and o.node else None
+        if t is None:
+            node = o.node if isinstance(o, Tensor) else None
+            t = seeds.get(id(node)) if node is not None else None
+        values.append(backend.copy(data))
+        out_tangents.append(
+            t if t is not None else backend.zeros(data.shape, data.dtype, like=data)
+        )
+    return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
+
+
+def forward_sweep(records, seeds):
+    """Tangents of ``records``' outputs (id(record) -> array), in the order they were
+    made, from ``seeds`` (id(leaf node) -> tangent)."""
+    ns = backend.ARRAY_NAMESPACE
+    tangents = dict(seeds)
+    for record in records:
+        parents = record.parents
+        if parents is None:
+            continue
+        op = record.op
+        incoming = [(i, tangents.get(id(node))) for i, node in enumerate(parents) if node]
+        incoming = [(i, t) for i, t in incoming if t is not None]
+        if not incoming:
+            continue
+        if op.custom_tangent is not None:  # a multi-output record: its outputs' tangents
+            tangents[id(record)] = op.custom_tangent(record, tangents)
+            continue
+        if op.jvps is None:
+            raise NotImplementedError(
+                f"rm.jvp: forward mode through `{op.name}` (a checkpointed loop, chain or "
+                "scan) is not supported yet"
+            )
+        kw = record.kwargs or {}
+        total = None
+        for i, t in incoming:
+            part = op.jvps[i](ns, t, record.ans, *record.args, **kw)
+            total = part if total is None else total + part
+        if total.shape != record.shape:
+            total = ns.broadcast_to(total, record.shape)
+        tangents[id(record)] = total
+    return tangents
+
+
+def hvp(f, primals, tangents):
+    """The Hessian of scalar ``f`` times ``tangents``, forward over reverse: the
+    JVP of ``rm.grad(f)`` (so the Hessian is never formed)."""
+    argnums = tuple(range(len(primals)))
+    return jvp(grad(f, argnums=argnums), primals, tangents)[1]

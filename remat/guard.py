@@ -66,18 +66,24 @@ def expose(array, next_sequence) -> None:
 
 
 def is_watched(array) -> bool:
-    watch = WATCHED.get(id(backend.memory_owner(array)))
-    return watch is not None
+    return id(backend.memory_owner(array)) in WATCHED
 
 
 def checks(arrays):
-    """Fingerprints of the watched arrays among ``arrays``, as ((index, fp), ...), or None."""
-    found = tuple(
-        (i, backend.fingerprint(a))
-        for i, a in enumerate(arrays)
-        if backend.is_array(a) and is_watched(a)
-    )
-    return found or None
+    """Fingerprints of the watched arrays among ``arrays``, as ((index, fp), ...), or None.
+
+    Called for every save while anything is watched, so the common case (an
+    array that owns its memory and was never handed out) is one dict test.
+    """
+    found = None
+    for i, a in enumerate(arrays):
+        base = getattr(a, "base", False)  # False: not an array (None, a Python number)
+        if base is False:
+            continue
+        owner = a if base is None else backend.memory_owner(a)
+        if id(owner) in WATCHED:
+            found = (*(found or ()), (i, backend.fingerprint(a)))
+    return found
 
 
 def changed(arrays, found, seq, cache=None):

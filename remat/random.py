@@ -6,10 +6,22 @@ a snapshot, so a step that draws (dropout, noise injection) sees the same
 numbers every time it is evaluated: gradients stay bit-for-bit those of
 store-all.  Samples are drawn on the host and copied to the GPU for
 ``device="cuda"``, so a seed gives the same numbers on either device.
+
+Shapes are given as ``shape=`` (NumPy's ``size=`` works too)::
+
+    >>> import remat as rm
+    >>> rm.random.seed(0)
+    >>> w = rm.random.normal(scale=0.1, shape=(3, 2), requires_grad=True)
+    >>> w.shape, w.requires_grad
+    ((3, 2), True)
+    >>> rm.random.randint(0, 10, shape=4).dtype
+    dtype('int64')
 """
 
+import operator
+
 from . import backend
-from .tensor import Tensor, holds_tensors
+from .tensor import Tensor, _check_differentiable_dtype, holds_tensors
 
 
 def seed(n: int) -> None:
@@ -37,13 +49,118 @@ def _constants(name, **params):
     return [constant_of(f"rm.random.{name}", v) for v in params.values()]
 
 
-def uniform(low=0.0, high=1.0, size=None, dtype=backend.float64, device="cpu") -> Tensor:
-    """Samples from U[low, high) as a constant Tensor."""
+def _size(name, size, shape):
+    """The sample shape from NumPy's ``size=`` or remat's ``shape=`` (either, not both)."""
+    if shape is None:
+        return size
+    as_tuple = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v,)  # noqa: E731
+    if size is not None and as_tuple(size) != as_tuple(shape):
+        raise ValueError(f"rm.random.{name}: give shape= or size= (the same thing), not both")
+    return shape
+
+
+def _sample(array, requires_grad):
+    if requires_grad:
+        _check_differentiable_dtype(array.dtype)
+    return Tensor._wrap(array, requires_grad=requires_grad)
+
+
+def uniform(
+    low=0.0,
+    high=1.0,
+    size=None,
+    dtype=backend.float64,
+    device="cpu",
+    *,
+    shape=None,
+    requires_grad=False,
+) -> Tensor:
+    """Samples from U[low, high): a constant Tensor, or a leaf with ``requires_grad=True``
+    (for initialising parameters; the samples themselves carry no gradient).
+
+    >>> import remat as rm
+    >>> rm.random.uniform(-1, 1, shape=(2, 3)).shape
+    (2, 3)
+    """
     low, high = _constants("uniform", low=low, high=high)
-    return Tensor._wrap(backend.uniform(low, high, size, dtype, device))
+    size = _size("uniform", size, shape)
+    return _sample(backend.uniform(low, high, size, dtype, device), requires_grad)
 
 
-def normal(loc=0.0, scale=1.0, size=None, dtype=backend.float64, device="cpu") -> Tensor:
-    """Samples from N(loc, scale^2) as a constant Tensor."""
+def normal(
+    loc=0.0,
+    scale=1.0,
+    size=None,
+    dtype=backend.float64,
+    device="cpu",
+    *,
+    shape=None,
+    requires_grad=False,
+) -> Tensor:
+    """Samples from N(loc, scale^2): a constant Tensor, or a leaf with ``requires_grad=True``.
+
+    >>> import remat as rm
+    >>> rm.random.normal(shape=5, dtype="float32").dtype
+    dtype('float32')
+    """
     loc, scale = _constants("normal", loc=loc, scale=scale)
-    return Tensor._wrap(backend.normal(loc, scale, size, dtype, device))
+    size = _size("normal", size, shape)
+    return _sample(backend.normal(loc, scale, size, dtype, device), requires_grad)
+
+
+def randint(low, high=None, size=None, dtype=backend.int64, device="cpu", *, shape=None) -> Tensor:
+    """Random integers in [low, high), or in [0, low) when ``high`` is None (NumPy's
+    convention), as an integer constant Tensor (int64 unless ``dtype``).
+
+    >>> import remat as rm
+    >>> rm.random.seed(1)
+    >>> x = rm.random.randint(5, shape=(2, 2))
+    >>> x.shape, bool(0 <= x.numpy().min() and x.numpy().max() < 5)
+    ((2, 2), True)
+    """
+    if not backend.is_integer(backend.xp.dtype(dtype)):
+        raise TypeError(f"rm.random.randint: dtype must be an integer dtype, got {dtype!r}")
+    low, high = _constants("randint", low=low, high=high)
+    if high is None:
+        low, high = 0, low
+    size = _size("randint", size, shape)
+    return Tensor._wrap(backend.randint(low, high, size, dtype, device))
+
+
+def permutation(x, axis=0, device=None) -> Tensor:
+    """A random ordering: of ``0 .. x-1`` for an integer ``x`` (an int64 Tensor), or of
+    the slices of the Tensor (or array) ``x`` along ``axis``, as NumPy's ``permutation``.
+
+    Permuting a Tensor is indexing it, so gradients flow back through the shuffle:
+    ``rm.random.permutation(batch)`` shuffles examples and their gradients alike.
+
+    >>> import remat as rm
+    >>> rm.random.seed(0)
+    >>> sorted(rm.random.permutation(4).numpy().tolist())
+    [0, 1, 2, 3]
+    """
+    array_like = isinstance(x, (Tensor, list, tuple)) or backend.is_array(x)
+    if not array_like or (isinstance(x, Tensor) and x.ndim == 0):
+        try:
+            n = operator.index(x)  # an int, or a 0-d integer Tensor
+        except TypeError:
+            raise TypeError(
+                f"rm.random.permutation: x must be an int or a Tensor (or array) of at least one "
+                f"axis, got {x!r}"
+            ) from None
+        if n < 0:
+            raise ValueError(f"rm.random.permutation: x must be >= 0, got {n}")
+        return Tensor._wrap(backend.permutation(n, device or "cpu"))
+    from .ops import as_tensor, getitem
+    from .ops.core import check_axis
+
+    x = as_tensor(x)
+    if x.ndim == 0:
+        raise ValueError("rm.random.permutation: x is a 0-d array; give an int or an array")
+    axis = check_axis("rm.random.permutation", axis, x.ndim)
+    if device is not None and device != x.device:
+        raise ValueError(
+            f"rm.random.permutation: x is on {x.device}, device={device!r}; move x with .to()"
+        )
+    order = backend.permutation(x.shape[axis], x.device)
+    return getitem(x, (slice(None),) * axis + (order,))

@@ -252,6 +252,20 @@ class Tensor:
     def __int__(self):
         return int(self._data)
 
+    def __index__(self):
+        """A 0-d integer tensor used where Python wants an int (``range(t)``, ``lst[t]``).
+
+        >>> ["a", "b", "c"][tensor(1)]
+        'b'
+        """
+        if self.ndim != 0 or not backend.is_integer(self.dtype):
+            raise TypeError(
+                f"only a 0-d integer tensor can be used as an index or a count; this one has "
+                f"shape {self.shape} and dtype {self.dtype} (int(t) converts a one-element "
+                "tensor, truncating a float)"
+            )
+        return int(self._data)
+
     def __repr__(self):
         text = repr(backend.to_host(self._data))
         text = text[text.index("(") + 1 : text.rindex(")")] if text.startswith("array") else text

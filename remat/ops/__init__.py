@@ -30,7 +30,7 @@ from .elementwise import (
 from .index import getitem, scatter_add
 from .linalg import einsum, matmul
 from .nn import log_softmax, relu, sigmoid, softmax
-from .reduce import logsumexp, max, mean, min, sum
+from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .shape import (
     astype,
     broadcast_to,
@@ -119,6 +119,8 @@ def attach_methods(Tensor):
     Tensor.tanh = tanh
     Tensor.to = to_device
     Tensor.astype = astype
+    Tensor.argmax = argmax
+    Tensor.argmin = argmin
 
 
 __all__ = sorted(

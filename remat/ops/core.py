@@ -2,9 +2,12 @@
 
 A primitive is a forward function on raw arrays plus one VJP rule per input::
 
-    sin = defop("sin", xp.sin, lambda ns, g, ans, x: g * ns.cos(x), needs=("0",))
+    sin = defop("sin", xp.sin, lambda ns, g, ans, x: g * ns.cos(x), needs=("0",),
+                jvps=SELF_ADJOINT)
 
-A VJP rule receives the namespace ``ns`` (see :mod:`remat.tape`), the output
+``jvps`` gives the tangent rules of forward mode the same way, one per input
+(``SELF_ADJOINT`` where the Jacobian is diagonal or symmetric, so that the
+VJP rule serves).  A VJP rule receives the namespace ``ns`` (see :mod:`remat.tape`), the output
 cotangent ``g``, the output ``ans`` and the op's arguments, and returns the
 cotangent of its input.  ``needs`` says, per input, which saved values its
 rule reads: ``"0"``, ``"1"``... for arguments, ``"a"`` for the output (an op
@@ -44,12 +47,25 @@ class ShapeError(ValueError):
 class Op:
     """A primitive: its name, forward, VJP rules and what the rules read."""
 
-    __slots__ = ("name", "forward", "vjps", "needs", "keep", "custom_backward")
+    __slots__ = (
+        "name",
+        "forward",
+        "vjps",
+        "jvps",
+        "needs",
+        "keep",
+        "custom_backward",
+        "custom_tangent",
+    )
 
-    def __init__(self, name, forward, vjps, needs, custom_backward=None):
+    def __init__(
+        self, name, forward, vjps, needs, custom_backward=None, jvps=None, custom_tangent=None
+    ):
         self.name = name
+        self.custom_tangent = custom_tangent  # forward mode for a multi-output record
         self.forward = forward
         self.vjps = vjps
+        self.jvps = vjps if jvps is SELF_ADJOINT else jvps
         self.needs = needs
         self.custom_backward = custom_backward
         # keep[mask] = (which args to save, whether to save the output), for
@@ -71,9 +87,22 @@ def _keep_for(needs, mask, nargs):
     return tuple(str(i) in wanted for i in range(nargs)), "a" in wanted
 
 
-def defop(name, forward, *vjps, needs):
-    """Declare a primitive and add it to :data:`OPS`."""
-    op = Op(name, forward, vjps[0] if isinstance(vjps[0], Variadic) else vjps, needs)
+SELF_ADJOINT = "self-adjoint"
+"""``jvps=SELF_ADJOINT``: the op's Jacobian is diagonal (elementwise ops) or
+symmetric (softmax), so each VJP rule, applied to a tangent instead of a
+cotangent, is also its tangent rule."""
+
+
+def defop(name, forward, *vjps, needs, jvps):
+    """Declare a primitive and add it to :data:`OPS`.
+
+    ``jvps`` are its tangent rules, one per input, beside the VJP rules:
+    ``jvp(ns, t, ans, *args, **kw)`` maps the tangent ``t`` of that input to
+    its part of the output's tangent, reading the same saved values as the
+    input's VJP rule (they apply the same Jacobian, the other way round).
+    """
+    vjps = vjps[0] if isinstance(vjps[0], Variadic) else vjps
+    op = Op(name, forward, vjps, needs, jvps=jvps)
     OPS[name] = op
     return op
 
@@ -117,8 +146,12 @@ def constant_of(where, value):
 
 
 def _guard(record):
-    """Fingerprint what ``record`` saved of memory the user holds (remat.guard)."""
-    record.checks = checks((*record.args, record.ans))
+    """Fingerprint what ``record`` saved of memory the user holds (remat.guard).
+
+    Only the inputs can be watched: an op's output is a fresh array (no op
+    that keeps its output returns a view of an input).
+    """
+    record.checks = checks(record.args)
 
 
 SHAPE_RULES = {}
@@ -218,7 +251,7 @@ def make_unary(op, doc=None):
             t.node = record = Record(
                 op, (node,), (data if keep_x else None,), out if keep_ans else None, None, out.shape
             )
-            if WATCHED:
+            if keep_x and WATCHED:
                 _guard(record)
             return t
         if node is not None and not node and grad_enabled():
@@ -287,7 +320,9 @@ def make_binary(op, doc=None):
                     None,
                     out.shape,
                 )
-                if WATCHED:
+                if WATCHED and (
+                    (keep_a and type(da) not in scalars) or (keep_b and type(db) not in scalars)
+                ):  # an array is saved while something is watched: the benchmark line's cost
                     _guard(record)
                 return t
         t.node = step()

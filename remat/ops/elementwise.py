@@ -8,6 +8,7 @@ import math
 
 from .. import backend
 from .core import (
+    SELF_ADJOINT,
     Tensor,
     apply,
     as_tensor,
@@ -20,14 +21,16 @@ from .core import (
 )
 
 # --- one input ------------------------------------------------------------------
-NEGATIVE = defop("negative", xp.negative, lambda ns, g, ans, x: -g, needs=("",))
-EXP = defop("exp", xp.exp, lambda ns, g, ans, x: g * ans, needs=("a",))
-LOG = defop("log", xp.log, lambda ns, g, ans, x: g / x, needs=("0",))
-SIN = defop("sin", xp.sin, lambda ns, g, ans, x: g * ns.cos(x), needs=("0",))
-COS = defop("cos", xp.cos, lambda ns, g, ans, x: -(g * ns.sin(x)), needs=("0",))
-TANH = defop("tanh", xp.tanh, lambda ns, g, ans, x: g * (1 - ans * ans), needs=("a",))
-SQRT = defop("sqrt", xp.sqrt, lambda ns, g, ans, x: g * 0.5 / ans, needs=("a",))
-ABS = defop("abs", xp.abs, lambda ns, g, ans, x: g * ns.sign(x), needs=("0",))
+NEGATIVE = defop("negative", xp.negative, lambda ns, g, ans, x: -g, needs=("",), jvps=SELF_ADJOINT)
+EXP = defop("exp", xp.exp, lambda ns, g, ans, x: g * ans, needs=("a",), jvps=SELF_ADJOINT)
+LOG = defop("log", xp.log, lambda ns, g, ans, x: g / x, needs=("0",), jvps=SELF_ADJOINT)
+SIN = defop("sin", xp.sin, lambda ns, g, ans, x: g * ns.cos(x), needs=("0",), jvps=SELF_ADJOINT)
+COS = defop("cos", xp.cos, lambda ns, g, ans, x: -(g * ns.sin(x)), needs=("0",), jvps=SELF_ADJOINT)
+TANH = defop(
+    "tanh", xp.tanh, lambda ns, g, ans, x: g * (1 - ans * ans), needs=("a",), jvps=SELF_ADJOINT
+)
+SQRT = defop("sqrt", xp.sqrt, lambda ns, g, ans, x: g * 0.5 / ans, needs=("a",), jvps=SELF_ADJOINT)
+ABS = defop("abs", xp.abs, lambda ns, g, ans, x: g * ns.sign(x), needs=("0",), jvps=SELF_ADJOINT)
 
 
 negative = make_unary(NEGATIVE)
@@ -55,13 +58,21 @@ abs = make_unary(ABS)  # noqa: A001 - NumPy's name
 
 
 # --- two inputs -------------------------------------------------------------------
-ADD = defop("add", xp.add, lambda ns, g, ans, x, y: g, lambda ns, g, ans, x, y: g, needs=("", ""))
+ADD = defop(
+    "add",
+    xp.add,
+    lambda ns, g, ans, x, y: g,
+    lambda ns, g, ans, x, y: g,
+    needs=("", ""),
+    jvps=SELF_ADJOINT,
+)
 SUBTRACT = defop(
     "subtract",
     xp.subtract,
     lambda ns, g, ans, x, y: g,
     lambda ns, g, ans, x, y: -g,
     needs=("", ""),
+    jvps=SELF_ADJOINT,
 )
 MULTIPLY = defop(
     "multiply",
@@ -69,6 +80,7 @@ MULTIPLY = defop(
     lambda ns, g, ans, x, y: g * y,
     lambda ns, g, ans, x, y: g * x,
     needs=("1", "0"),
+    jvps=SELF_ADJOINT,
 )
 DIVIDE = defop(
     "divide",
@@ -76,6 +88,7 @@ DIVIDE = defop(
     lambda ns, g, ans, x, y: g / y,
     lambda ns, g, ans, x, y: -(g * ans) / y,
     needs=("1", "1a"),
+    jvps=SELF_ADJOINT,
 )
 
 
@@ -102,13 +115,16 @@ def _power_vjp_exponent(ns, g, ans, x, y):
     return g * ns.where(zero, at_zero, elsewhere)
 
 
-POWER = defop("power", xp.power, _power_vjp_base, _power_vjp_exponent, needs=("01", "0a"))
+POWER = defop(
+    "power", xp.power, _power_vjp_base, _power_vjp_exponent, needs=("01", "0a"), jvps=SELF_ADJOINT
+)
 MAXIMUM = defop(
     "maximum",
     xp.maximum,
     lambda ns, g, ans, x, y: g * (x >= y),
     lambda ns, g, ans, x, y: g * (x < y),
     needs=("01", "01"),
+    jvps=SELF_ADJOINT,
 )
 MINIMUM = defop(
     "minimum",
@@ -116,6 +132,7 @@ MINIMUM = defop(
     lambda ns, g, ans, x, y: g * (x <= y),
     lambda ns, g, ans, x, y: g * (x > y),
     needs=("01", "01"),
+    jvps=SELF_ADJOINT,
 )
 
 
@@ -148,6 +165,7 @@ WHERE = defop(
     lambda ns, g, ans, c, x, y: ns.where(c, g, 0),
     lambda ns, g, ans, c, x, y: ns.where(c, 0, g),
     needs=("", "0", "0"),
+    jvps=SELF_ADJOINT,
 )
 
 
@@ -164,7 +182,7 @@ def _clip_vjp(ns, g, ans, x, a_min=None, a_max=None):
     return g
 
 
-CLIP = defop("clip", xp.clip, _clip_vjp, needs=("0",))
+CLIP = defop("clip", xp.clip, _clip_vjp, needs=("0",), jvps=SELF_ADJOINT)
 
 
 def clip(x, a_min=None, a_max=None):

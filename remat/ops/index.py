@@ -30,6 +30,7 @@ GETITEM = defop(
     _getitem,
     lambda ns, g, ans, x, index, shape: ns.scatter_add(shape, index, g),
     needs=("",),
+    jvps=(lambda ns, t, ans, x, index, shape: t[index],),
 )
 
 
@@ -54,6 +55,7 @@ SCATTER_ADD = defop(
     _scatter_add,
     lambda ns, g, ans, values, shape, index: g[index],
     needs=("",),
+    jvps=(lambda ns, t, ans, values, shape, index: ns.scatter_add(shape, index, t),),
 )
 
 

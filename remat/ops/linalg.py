@@ -31,7 +31,14 @@ def _matmul_shapes(a, b):
     )
 
 
-MATMUL = defop("matmul", xp.matmul, _matmul_vjp_a, _matmul_vjp_b, needs=("1", "0"))
+MATMUL = defop(
+    "matmul",
+    xp.matmul,
+    _matmul_vjp_a,
+    _matmul_vjp_b,
+    needs=("1", "0"),
+    jvps=(lambda ns, t, ans, a, b: ns.matmul(t, b), lambda ns, t, ans, a, b: ns.matmul(a, t)),
+)
 SHAPE_RULES["matmul"] = _matmul_shapes
 matmul = make_binary(
     MATMUL, doc="Matrix product with NumPy's rules (1-D operands, broadcast batch axes)."
@@ -73,6 +80,11 @@ def _einsum_vjp(i, ns, g, ans, *operands, subscripts, shapes):
     return grad
 
 
+def _einsum_jvp(i, ns, t, ans, *operands, subscripts, shapes):
+    # einsum is linear in each operand: the same product with operand i's tangent
+    return ns.einsum(subscripts, *(t if j == i else op for j, op in enumerate(operands)))
+
+
 def _einsum(*operands, subscripts):
     return xp.einsum(subscripts, *operands)
 
@@ -82,6 +94,7 @@ EINSUM = defop(
     _einsum,
     Variadic(_einsum_vjp),
     needs=lambda n: tuple(tuple(j for j in range(n) if j != i) for i in range(n)),
+    jvps=Variadic(_einsum_jvp),
 )
 
 

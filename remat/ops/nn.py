@@ -4,7 +4,7 @@ Each is one primitive with a hand-written VJP, rather than a composition of
 smaller ops: fewer records on the tape, and numerically stable forms.
 """
 
-from .core import as_tensor, check_axis, defop, make_unary, unary, xp
+from .core import SELF_ADJOINT, as_tensor, check_axis, defop, make_unary, unary, xp
 from .reduce import _logsumexp
 
 
@@ -25,19 +25,29 @@ def _log_softmax(x, axis=-1):
     return x - _logsumexp(x, axis=axis, keepdims=True)
 
 
-SIGMOID = defop("sigmoid", _sigmoid, lambda ns, g, ans, x: g * ans * (1 - ans), needs=("a",))
-RELU = defop("relu", lambda x: xp.maximum(x, 0), lambda ns, g, ans, x: g * (ans > 0), needs=("a",))
+SIGMOID = defop(
+    "sigmoid", _sigmoid, lambda ns, g, ans, x: g * ans * (1 - ans), needs=("a",), jvps=SELF_ADJOINT
+)
+RELU = defop(
+    "relu",
+    lambda x: xp.maximum(x, 0),
+    lambda ns, g, ans, x: g * (ans > 0),
+    needs=("a",),
+    jvps=SELF_ADJOINT,
+)
 SOFTMAX = defop(
     "softmax",
     _softmax,
     lambda ns, g, ans, x, axis: ans * (g - ns.sum(g * ans, axis=axis, keepdims=True)),
     needs=("a",),
+    jvps=SELF_ADJOINT,  # its Jacobian, diag(s) - s s^T, is symmetric
 )
 LOG_SOFTMAX = defop(
     "log_softmax",
     _log_softmax,
     lambda ns, g, ans, x, axis: g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True),
     needs=("a",),
+    jvps=(lambda ns, t, ans, x, axis: t - ns.sum(t * ns.exp(ans), axis=axis, keepdims=True),),
 )
 
 

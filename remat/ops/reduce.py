@@ -5,7 +5,8 @@ axes back as size-1 axes (:func:`kept_axes`) so that it broadcasts against the
 input again.
 """
 
-from .core import apply, as_tensor, defop, xp
+from .. import backend
+from .core import ShapeError, Tensor, apply, as_tensor, check_axis, constant_of, defop, xp
 
 
 def normalize_axes(axis, ndim):
@@ -62,11 +63,31 @@ def _logsumexp_vjp(ns, g, ans, x, axis, keepdims, shape):
     return kept_axes(ns, g, axis, keepdims, shape) * ns.exp(x - kept)
 
 
-SUM = defop("sum", xp.sum, _sum_vjp, needs=("",))
-MEAN = defop("mean", xp.mean, _mean_vjp, needs=("",))
-MAX = defop("max", xp.max, _extreme_vjp, needs=("0a",))
-MIN = defop("min", xp.min, _extreme_vjp, needs=("0a",))
-LOGSUMEXP = defop("logsumexp", _logsumexp, _logsumexp_vjp, needs=("0a",))
+def _sum_jvp(ns, t, ans, x, axis, keepdims, shape):
+    return ns.sum(t, axis=axis, keepdims=keepdims)
+
+
+def _mean_jvp(ns, t, ans, x, axis, keepdims, shape):
+    return ns.sum(t, axis=axis, keepdims=keepdims) / _count(axis, shape)
+
+
+def _extreme_jvp(ns, t, ans, x, axis, keepdims, shape):
+    # the mean of the tangent over the tied extreme elements
+    mask = x == kept_axes(ns, ans, axis, keepdims, shape)
+    ties = ns.astype(ns.sum(mask, axis=axis, keepdims=keepdims), t.dtype)
+    return ns.sum(t * mask, axis=axis, keepdims=keepdims) / ties
+
+
+def _logsumexp_jvp(ns, t, ans, x, axis, keepdims, shape):
+    weights = ns.exp(x - kept_axes(ns, ans, axis, keepdims, shape))  # softmax of x
+    return ns.sum(t * weights, axis=axis, keepdims=keepdims)
+
+
+SUM = defop("sum", xp.sum, _sum_vjp, needs=("",), jvps=(_sum_jvp,))
+MEAN = defop("mean", xp.mean, _mean_vjp, needs=("",), jvps=(_mean_jvp,))
+MAX = defop("max", xp.max, _extreme_vjp, needs=("0a",), jvps=(_extreme_jvp,))
+MIN = defop("min", xp.min, _extreme_vjp, needs=("0a",), jvps=(_extreme_jvp,))
+LOGSUMEXP = defop("logsumexp", _logsumexp, _logsumexp_vjp, needs=("0a",), jvps=(_logsumexp_jvp,))
 
 
 def _reduce(op, x, axis, keepdims):
@@ -96,3 +117,38 @@ def min(x, axis=None, keepdims=False):  # noqa: A001
 def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))) computed stably (the largest element is factored out)."""
     return _reduce(LOGSUMEXP, x, axis, keepdims)
+
+
+def _arg_extreme(name, x, axis, keepdims):
+    """Where the extreme elements are: an integer constant (not an op on the tape,
+    since an index has no gradient).  A value of a loop step is refused outside it."""
+    x = as_tensor(x)
+    constant_of(f"rm.{name}", x)  # a loop step's value stays inside its step
+    if axis is not None:
+        axis = check_axis(name, axis, x.ndim)
+    try:
+        out = getattr(xp, name)(x._data, axis=axis, keepdims=keepdims)
+    except ValueError as error:  # an empty tensor (or axis) has no extreme element
+        raise ShapeError(f"{name}: {error} (tensor of shape {x.shape})") from None
+    return Tensor._wrap(out if backend.is_array(out) else xp.asarray(out))  # 0-d: an array
+
+
+def argmax(x, axis=None, keepdims=False):
+    """Indices of the largest elements (of the flattened tensor, or along ``axis``), as
+    ``numpy.argmax``: an int64 tensor without gradient.  Ties give the first index.
+
+    >>> import remat as rm
+    >>> rm.argmax(rm.tensor([[1.0, 5.0, 2.0], [7.0, 0.0, 7.0]]), axis=1)
+    tensor([1, 0])
+    """
+    return _arg_extreme("argmax", x, axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims=False):
+    """Indices of the smallest elements, as ``numpy.argmin`` (see :func:`argmax`).
+
+    >>> import remat as rm
+    >>> int(rm.argmin(rm.tensor([3.0, -1.0, 4.0])))
+    1
+    """
+    return _arg_extreme("argmin", x, axis, keepdims)

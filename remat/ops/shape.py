@@ -4,7 +4,7 @@ They move values without changing them, so each VJP moves the cotangent back.
 """
 
 from .. import backend
-from .core import ShapeError, Variadic, apply, as_tensor, check_axis, defop, xp
+from .core import SELF_ADJOINT, ShapeError, Variadic, apply, as_tensor, check_axis, defop, xp
 
 
 def _reshape(x, shape, old_shape=None):
@@ -16,6 +16,7 @@ RESHAPE = defop(
     _reshape,
     lambda ns, g, ans, x, shape, old_shape: ns.reshape(g, old_shape),
     needs=("",),
+    jvps=(lambda ns, t, ans, x, shape, old_shape: ns.reshape(t, shape),),
 )
 
 
@@ -37,6 +38,7 @@ TRANSPOSE = defop(
     _transpose,
     lambda ns, g, ans, x, axes: ns.transpose(g, backend.argsort(axes)),
     needs=("",),
+    jvps=(lambda ns, t, ans, x, axes: ns.transpose(t, axes),),
 )
 
 
@@ -65,6 +67,7 @@ SWAPAXES = defop(
     _swapaxes,
     lambda ns, g, ans, x, axis1, axis2: ns.swapaxes(g, axis1, axis2),
     needs=("",),
+    jvps=SELF_ADJOINT,
 )
 
 
@@ -77,7 +80,13 @@ def _broadcast_to(x, shape):
 
 
 # The tape sums the cotangent back to the input's shape (tape.unbroadcast).
-BROADCAST_TO = defop("broadcast_to", _broadcast_to, lambda ns, g, ans, x, shape: g, needs=("",))
+BROADCAST_TO = defop(
+    "broadcast_to",
+    _broadcast_to,
+    lambda ns, g, ans, x, shape: g,
+    needs=("",),
+    jvps=(lambda ns, t, ans, x, shape: ns.broadcast_to(t, shape),),
+)
 
 
 def broadcast_to(x, shape):
@@ -86,6 +95,12 @@ def broadcast_to(x, shape):
 
 def _slice_along(axis, start, stop):
     return (slice(None),) * axis + (slice(start, stop),)
+
+
+def _concatenate_jvp(i, ns, t, ans, *xs, axis, offsets):
+    # input i's tangent in its place, zeros elsewhere
+    shape = t.shape[:axis] + (offsets[-1],) + t.shape[axis + 1 :]
+    return ns.scatter_add(shape, _slice_along(axis, offsets[i], offsets[i + 1]), t)
 
 
 def _concatenate(*arrays, axis):
@@ -99,6 +114,7 @@ CONCATENATE = defop(
         lambda i, ns, g, ans, *xs, axis, offsets: g[_slice_along(axis, offsets[i], offsets[i + 1])]
     ),
     needs=lambda n: ("",) * n,
+    jvps=Variadic(_concatenate_jvp),
 )
 
 
@@ -125,6 +141,11 @@ STACK = defop(
     _stack,
     Variadic(lambda i, ns, g, ans, *xs, axis: g[(slice(None),) * axis + (i,)]),
     needs=lambda n: ("",) * n,
+    jvps=Variadic(
+        lambda i, ns, t, ans, *xs, axis: ns.scatter_add(
+            t.shape[:axis] + (len(xs),) + t.shape[axis:], (slice(None),) * axis + (i,), t
+        )
+    ),
 )
 
 
@@ -146,6 +167,7 @@ TO_DEVICE = defop(
     _to_device,
     lambda ns, g, ans, x, device, source: ns.to_device(g, source),
     needs=("",),
+    jvps=(lambda ns, t, ans, x, device, source: ns.to_device(t, device),),
 )
 
 
@@ -165,6 +187,7 @@ ASTYPE = defop(
     _astype,
     lambda ns, g, ans, x, dtype, source: ns.astype(g, source),
     needs=("",),
+    jvps=(lambda ns, t, ans, x, dtype, source: ns.astype(t, dtype),),
 )
 
 
@@ -182,7 +205,7 @@ def astype(x, dtype):
 
 # A new record standing for its input: rm.grad differentiates with respect to
 # an argument that is already on a tape through one of these.
-IDENTITY = defop("identity", lambda x: x, lambda ns, g, ans, x: g, needs=("",))
+IDENTITY = defop("identity", lambda x: x, lambda ns, g, ans, x: g, needs=("",), jvps=SELF_ADJOINT)
 
 
 def identity(x):
