@@ -349,3 +349,12 @@ def test_compare_memory_refuses_a_bad_budget_in_one_line(memory, message):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_compare_memory_draws_its_figure(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the figure needs matplotlib")
+    path = tmp_path / "curve.png"
+    argv = ["compare", "--memory", "200KiB", "--steps", "12", "--repeats", "1", "--budgets", "2"]
+    assert cli.main([*argv, "--plot", str(path)]) == 0
+    assert path.stat().st_size > 0
+    assert f"figure written to {path}" in capsys.readouterr().out
