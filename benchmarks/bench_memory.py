@@ -11,9 +11,17 @@ then timed ``REPEATS`` times, interleaved; a time is the median of
 tracemalloc).  Revolve gets the most slots that fit in the same bytes
 (``Tape(memory=b, schedule="revolve")``).  Gradients are checked equal to
 store-all's, and every run's ``tape.stats.peak_bytes`` against its budget.
+
+If torch imports, the 200-block residual MLP (width 256, float64, one thread)
+also runs under torch's ``checkpoint_sequential`` with ``round(sqrt(n))``
+segments (non-reentrant), and remat's optimal plan gets the bytes that
+schedule holds under remat's memory model: ``segments - 1`` stored segment
+inputs and the last segment's ``ceil(n / segments)`` step tapes.  Each
+library's time is a ratio to its own run without checkpointing (whole
+forward and backward, wall time, interleaved medians).
 """
 
-from benchmarks.common import environment, table  # noqa: I001  (pins BLAS threads first)
+from benchmarks.common import environment, side_by_side, table  # noqa: I001  (BLAS first)
 
 import gc
 import os
@@ -78,6 +86,66 @@ def measure(width, steps, repeats):
     return costs, rows
 
 
+def torch_rows(width, steps, repeats):
+    """[(library, plan, seconds, ratio to its own no-checkpoint run)], or a reason string."""
+    try:
+        import torch
+        from torch.utils.checkpoint import checkpoint_sequential
+    except ImportError as error:
+        return f"torch skipped: {error}"
+    torch.set_num_threads(1)
+    workload = resmlp(steps=steps, width=width)
+    w, b, v = (torch.tensor(p.numpy(), requires_grad=True) for p in workload.params)
+    h0 = torch.tensor(workload.state.numpy())
+
+    def block(h):
+        return h + torch.tanh(h @ w + b) @ v
+
+    segments = max(1, round(steps**0.5))
+
+    def plain():
+        h = h0
+        for _ in range(steps):
+            h = block(h)
+        (h * h).mean().backward()
+
+    def sequential():
+        h = checkpoint_sequential([block] * steps, segments, h0, use_reentrant=False)
+        (h * h).mean().backward()
+
+    memory.clear_plans()
+    probe = Tape(memory=2 * 2**30)
+    workload.loss_and_gradients(probe)
+    costs = probe.plans[0][1]
+    per = -(-steps // segments)
+    budget = (segments - 1) * costs.state_bytes[0] + per * costs.tape_bytes[0]
+    times = side_by_side(
+        {
+            "torch": plain,
+            "torch ckpt": sequential,
+            "remat": lambda: workload.loss_and_gradients(Tape()),
+            "remat budget": lambda: workload.loss_and_gradients(Tape(memory=budget)),
+        },
+        repeats=repeats,
+    )
+    return [
+        ("torch", "no checkpointing", times["torch"], 1.0),
+        (
+            "torch",
+            f"checkpoint_sequential, {segments} segments",
+            times["torch ckpt"],
+            times["torch ckpt"] / times["torch"],
+        ),
+        ("remat", "store-all", times["remat"], 1.0),
+        (
+            "remat",
+            f"Tape(memory={budget / MiB:.3f} MiB), optimal",
+            times["remat budget"],
+            times["remat budget"] / times["remat"],
+        ),
+    ]
+
+
 def run(quick=False):
     steps, widths, repeats = (20, (16, 32), 1) if quick else (STEPS, WIDTHS, REPEATS)
     load_before = os.getloadavg()[0]
@@ -118,6 +186,20 @@ def run(quick=False):
                     f"{rev['common'] / best['common']:.2f}",
                 )
             )
+    width, blocks = (16, 20) if quick else (256, STEPS)
+    found = torch_rows(width, blocks, 1 if quick else REPEATS)
+    if isinstance(found, str):
+        torch_part = [found, ""]
+    else:
+        torch_part = [
+            f"Against torch at the same bytes: {blocks}-block residual MLP, width {width}.",
+            "",
+            table(
+                ["library", "plan", "s (fwd+bwd)", "ratio to its own no-checkpoint run"],
+                [(lib, plan, f"{t:.4f}", f"{r:.2f}") for lib, plan, t, r in found],
+            ),
+            "",
+        ]
     return "\n".join(
         [
             "## Byte budgets: plan against measurement (`python -m benchmarks memory`)",
@@ -174,6 +256,7 @@ def run(quick=False):
                 versus_rows,
             ),
             "",
+            *torch_part,
         ]
     )
 

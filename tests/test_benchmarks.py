@@ -37,6 +37,9 @@ def test_quick_run_prints_its_table(name):
     if name == "loop":  # torch is compared with, or its absence explained
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch checkpoint_sequential" if has_torch else "torch skipped: ") in text
+    if name == "memory":
+        has_torch = importlib.util.find_spec("torch") is not None
+        assert ("| library | plan |" if has_torch else "torch skipped: ") in text
 
 
 def test_logn_plot_is_drawn(tmp_path):
