@@ -105,10 +105,10 @@ class Tape(Recorder):
 
     ``Tape(snapshots=s)`` reverses its loops, chains and scans with the
     binomial revolve schedule keeping at most ``s`` states; ``schedule=``
-    picks another ("store_all", "sqrt", "periodic", "online", or a schedule
-    object).  The budget is for revolve, periodic and online; store_all and
-    sqrt size their memory themselves and do not use it.  ``Tape()`` alone
-    stores everything.
+    picks another ("store_all", "sqrt", "periodic", "online", "mixed", or a
+    schedule object from :mod:`remat.schedules`).  The budget is for revolve,
+    periodic, online and mixed; store_all and sqrt size their memory
+    themselves and do not use it.  ``Tape()`` alone stores everything.
 
     ``check_replay`` checks that every recomputed step gives what it gave the
     first time: always the structure, shapes and dtypes of its outputs, and,

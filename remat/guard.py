@@ -65,10 +65,6 @@ def expose(array, next_sequence) -> None:
         OLDEST[0] = max(OLDEST[0], seq)
 
 
-def is_watched(array) -> bool:
-    return id(backend.memory_owner(array)) in WATCHED
-
-
 def checks(arrays):
     """Fingerprints of the watched arrays among ``arrays``, as ((index, fp), ...), or None.
 

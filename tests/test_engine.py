@@ -246,24 +246,26 @@ def programs(draw):
     )
 
 
+def run_program(program, x, y):
+    """A random composition of UNARY and BINARY ops on (3, 3) values, to a scalar."""
+    values = [x, y]
+    for binary, i, j in program:
+        a = values[i % len(values)]
+        if binary:
+            out = BINARY[j % len(BINARY)](a, values[(i + j) % len(values)])
+        else:
+            out = UNARY[j % len(UNARY)](a)
+        values.append(out if out.shape == (3, 3) else out.reshape(3, 3))
+    return (values[-1] * values[-1]).sum() + values[-1].sum()
+
+
 @settings(max_examples=40, deadline=None)
 @given(programs(), st.integers(0, 2**31))
 def test_random_compositions_match_finite_differences(program, seed):
     rng = np.random.default_rng(seed)
     x0, y0 = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((3, 3)) * 0.5
 
-    def f(x, y):
-        values = [x, y]
-        for binary, i, j in program:
-            a = values[i % len(values)]
-            if binary:
-                out = BINARY[j % len(BINARY)](a, values[(i + j) % len(values)])
-            else:
-                out = UNARY[j % len(UNARY)](a)
-            values.append(out if out.shape == (3, 3) else out.reshape(3, 3))
-        return (values[-1] * values[-1]).sum() + values[-1].sum()
-
-    assert rm.gradcheck(f, x0, y0, atol=1e-4, rtol=1e-3)
+    assert rm.gradcheck(lambda x, y: run_program(program, x, y), x0, y0, atol=1e-4, rtol=1e-3)
 
 
 def test_grad_with_respect_to_a_value_made_by_an_op():

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import remat as rm
 
-from .test_engine import BINARY, UNARY
+from .test_engine import programs, run_program
 from .test_ops import CASES, weighted
 
 rng = np.random.default_rng(0)
@@ -574,29 +574,6 @@ def test_training_iterations_release_everything_without_the_cyclic_collector():
 
 
 # --- properties ----------------------------------------------------------------------------------
-
-
-@st.composite
-def programs(draw):
-    return draw(
-        st.lists(
-            st.tuples(st.booleans(), st.integers(0, 100), st.integers(0, 100)),
-            min_size=1,
-            max_size=10,
-        )
-    )
-
-
-def run_program(program, x, y):
-    values = [x, y]
-    for binary, i, j in program:
-        a = values[i % len(values)]
-        if binary:
-            out = BINARY[j % len(BINARY)](a, values[(i + j) % len(values)])
-        else:
-            out = UNARY[j % len(UNARY)](a)
-        values.append(out if out.shape == (3, 3) else out.reshape(3, 3))
-    return (values[-1] * values[-1]).sum() + values[-1].sum()
 
 
 @settings(max_examples=40, deadline=None)

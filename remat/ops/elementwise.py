@@ -33,28 +33,28 @@ SQRT = defop("sqrt", xp.sqrt, lambda ns, g, ans, x: g * 0.5 / ans, needs=("a",),
 ABS = defop("abs", xp.abs, lambda ns, g, ans, x: g * ns.sign(x), needs=("0",), jvps=SELF_ADJOINT)
 
 
-negative = make_unary(NEGATIVE)
+negative = make_unary(NEGATIVE, doc="-x, elementwise (also the ``-x`` operator).")
 
 
-exp = make_unary(EXP)
+exp = make_unary(EXP, doc="e ** x, elementwise; its VJP reuses the output.")
 
 
-log = make_unary(LOG)
+log = make_unary(LOG, doc="The natural logarithm, elementwise.")
 
 
-sin = make_unary(SIN)
+sin = make_unary(SIN, doc="sin(x), elementwise: ``rm.sin(rm.tensor([0.0])).item() == 0.0``.")
 
 
-cos = make_unary(COS)
+cos = make_unary(COS, doc="cos(x), elementwise.")
 
 
-tanh = make_unary(TANH)
+tanh = make_unary(TANH, doc="tanh(x), elementwise; its VJP reuses the output.")
 
 
-sqrt = make_unary(SQRT)
+sqrt = make_unary(SQRT, doc="The square root, elementwise; its VJP reuses the output.")
 
 
-abs = make_unary(ABS)  # noqa: A001 - NumPy's name
+abs = make_unary(ABS, doc="|x|, elementwise; the gradient at 0 is 0.")  # noqa: A001
 
 
 # --- two inputs -------------------------------------------------------------------
@@ -136,19 +136,21 @@ MINIMUM = defop(
 )
 
 
-add = make_binary(ADD)
+add = make_binary(ADD, doc="x + y with NumPy broadcasting (also the ``+`` operator).")
 
 
-subtract = make_binary(SUBTRACT)
+subtract = make_binary(SUBTRACT, doc="x - y with NumPy broadcasting.")
 
 
-multiply = make_binary(MULTIPLY)
+multiply = make_binary(MULTIPLY, doc="x * y with NumPy broadcasting.")
 
 
-divide = make_binary(DIVIDE)
+divide = make_binary(DIVIDE, doc="x / y with NumPy broadcasting.")
 
 
-power = make_binary(POWER)
+power = make_binary(
+    POWER, doc="x ** y; at x = 0 the gradients follow PyTorch (finite, 0 where it gives 0)."
+)
 
 
 maximum = make_binary(MAXIMUM, doc="Elementwise max; at ties the gradient goes to ``x``.")

@@ -51,8 +51,8 @@ LOG_SOFTMAX = defop(
 )
 
 
-sigmoid = make_unary(SIGMOID)
-relu = make_unary(RELU)
+sigmoid = make_unary(SIGMOID, doc="1 / (1 + exp(-x)), computed without overflow.")
+relu = make_unary(RELU, doc="max(x, 0), elementwise; the gradient at 0 is 0.")
 
 
 def softmax(x, axis=-1):

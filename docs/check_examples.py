@@ -1,0 +1,97 @@
+"""Run every code example of the documentation pages: ``python docs/check_examples.py``.
+
+Each page's fenced ``python`` blocks run in order in one namespace (a page is
+one session: later blocks use what earlier ones defined), in a fresh Python
+process of its own, so that what a page prints (record numbers, the random
+stream) does not depend on the pages before it.  A ``python`` block followed
+directly by a ``text`` block must print exactly that text (trailing spaces
+aside).  Any exception, or any printed output that differs, fails the check.
+The API pages (docs/api/) hold no examples of their own; the ``>>>``
+examples of the docstrings they render are run with doctest, in every module
+of the remat package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import doctest
+import importlib
+import io
+import pkgutil
+import re
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
+
+
+def blocks(text: str):
+    """(language, code, expected output or None, line) for each python block of a page."""
+    found = list(FENCE.finditer(text))
+    for k, match in enumerate(found):
+        language, code = match.group(1), match.group(2)
+        if language != "python":
+            continue
+        expected = None
+        if k + 1 < len(found):
+            following = found[k + 1]
+            between = text[match.end() : following.start()]
+            if following.group(1) == "text" and not between.strip():
+                expected = following.group(2)
+        yield code, expected, text.count("\n", 0, match.start()) + 1
+
+
+def tidy(output: str) -> str:
+    return "\n".join(line.rstrip() for line in output.strip("\n").splitlines())
+
+
+def check_page(path: Path) -> tuple[int, list[str]]:
+    namespace: dict = {"__name__": "__docs__"}
+    failures, ran = [], 0
+    for code, expected, line in blocks(path.read_text()):
+        ran += 1
+        out = io.StringIO()
+        where = f"{path.relative_to(DOCS.parent)}:{line}"
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(code, where, "exec"), namespace)
+        except Exception:
+            failures.append(f"{where}: the example raised\n{traceback.format_exc()}")
+            break  # later blocks of the page depend on this one
+        if expected is not None and tidy(out.getvalue()) != tidy(expected):
+            failures.append(f"{where}: printed\n{out.getvalue()}\nbut the page shows\n{expected}")
+    return ran, failures
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--page"]:  # the child process: one page
+        ran, failures = check_page(Path(sys.argv[2]))
+        for failure in failures:
+            print(failure, file=sys.stderr)
+        print(ran)
+        return 1 if failures else 0
+    pages = sorted(p for p in DOCS.rglob("*.md") if "api" not in p.relative_to(DOCS).parts)
+    failed, total = 0, 0
+    for page in pages:
+        child = subprocess.run(
+            [sys.executable, __file__, "--page", str(page)], capture_output=True, text=True
+        )
+        sys.stderr.write(child.stderr)
+        lines = child.stdout.split()
+        total += int(lines[-1]) if lines and lines[-1].isdigit() else 0
+        failed += child.returncode != 0
+    remat = importlib.import_module("remat")
+    modules = [m.name for m in pkgutil.walk_packages(remat.__path__, "remat.")]
+    for name in ["remat"] + [m for m in modules if not m.endswith("__main__")]:
+        result = doctest.testmod(importlib.import_module(name))
+        total += result.attempted
+        failed += result.failed
+    print(f"docs examples: {total} ran, {failed} failed ({len(pages)} pages and the doctests)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
