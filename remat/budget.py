@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import backend, schedules
+from . import memory as _memory
 from .checkpoint import check_policy
 from .executor import Chain, LoopError, LoopStats, run_chain
 from .pytree import flatten
@@ -120,6 +121,16 @@ class Tape(Recorder):
     run on the GPU.  ``policy`` is reserved for selective recomputation (only
     None is accepted yet).
 
+    ``memory=`` is a budget in bytes (an int, or ``"512 KiB"``, ``"64 MiB"``,
+    ``"2 GB"``): each loop, chain and scan is measured, planned with
+    :class:`remat.schedules.Optimal` (``schedule=None`` or ``"optimal"``) and
+    run within it (:mod:`remat.memory`); ``tape.stats.peak_bytes`` never
+    exceeds it, and ``tape.plans`` lists each chain's (schedule, measured
+    costs).  With ``snapshots=s`` (and ``schedule="revolve"``, the default
+    then, or ``"mixed"``) the two must agree: ``s`` slots must fit in the
+    budget under the measured costs; ``"revolve"`` or ``"mixed"`` without
+    ``snapshots=`` take the most slots that fit.  Other schedules are refused.
+
     A tape keeps every record made on it, and a chain's record keeps its
     snapshots until the chain is reversed: evaluate without gradients under
     ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.
@@ -133,11 +144,21 @@ class Tape(Recorder):
         snapshot_device=None,
         check_replay=True,
         policy=None,
+        memory=None,
     ):
         super().__init__()
-        self.policy = resolve_policy(snapshots, schedule)  # what its chains are reversed with
+        self.byte_limit = self.memory_schedule = None
+        if memory is None:
+            self.policy = resolve_policy(snapshots, schedule)  # what its chains are reversed with
+        else:
+            self.byte_limit = _memory.parse_bytes(memory)
+            self.memory_schedule = _memory.check_schedule(memory, snapshots, schedule)
+            if snapshots is not None:
+                snapshots = require_count("Tape", "snapshots", snapshots)
+            self.policy = Policy(self.memory_schedule, snapshots)
         self.recompute = check_policy(policy)
         self.loops = []  # the LoopStats of each chain run on this tape
+        self.plans = []  # under memory=: (schedule, measured ChainCosts) of each chain
         self.trace = trace
         if check_replay not in (True, False, "full"):
             raise ValueError(
@@ -183,13 +204,31 @@ class Tape(Recorder):
         _check_state("tape.loop", state)
         if steps == 0:
             return state
-        schedule = self.policy.online() if until is not None else self.policy.offline(steps)
-        if steps is not None and schedule.steps is None:  # an online schedule, known length
-            max_steps = steps
         chain = Chain(
             "tape.loop", lambda i, s, x: (step(s), None), _step_name, same_spec=True, step=step
         )
+        if self.byte_limit is not None:
+            if until is not None:
+                raise ValueError(
+                    "tape.loop(until=...): a loop of unknown length cannot be planned for "
+                    "a byte budget (Tape(memory=)); give steps=, or use "
+                    "Tape(snapshots=s, schedule='online')"
+                )
+            return self._budgeted(chain, state, steps, (step,), alike=True)[0]
+        schedule = self.policy.online() if until is not None else self.policy.offline(steps)
+        if steps is not None and schedule.steps is None:  # an online schedule, known length
+            max_steps = steps
         return run_chain(self, chain, state, schedule, until, max_steps)[0]
+
+    def _budgeted(self, chain, state, steps, functions, alike):
+        """Run ``chain`` under the byte budget: plan it (or reuse the plan), run, report."""
+        plan = _memory.plan_chain(self, chain, state, steps, functions, alike)
+        schedule, costs, predicted, how = plan
+        result = run_chain(self, chain, state, schedule)
+        self.plans.append((schedule, costs))
+        stats = self.loops[-1]
+        stats.memory, stats.plan, stats.predicted_seconds = self.byte_limit, how, predicted
+        return result
 
     def chain(self, functions, state):
         """Run ``state = f(state)`` for each ``f`` in ``functions``, reversed under the budget.
@@ -212,12 +251,14 @@ class Tape(Recorder):
                 raise TypeError(f"tape.chain: functions[{k}] is not callable: {f!r}")
         _check_state("tape.chain", state)
         n = len(functions)
-        schedule = self.policy.offline(n, "tape.chain")
 
         def name(i):
             return f"tape.chain: step {i} ({getattr(functions[i], '__name__', 'function')})"
 
         chain = Chain("tape.chain", lambda i, s, x: (functions[i](s), None), name, same_spec=False)
+        if self.byte_limit is not None:
+            return self._budgeted(chain, state, n, functions, alike=False)[0]
+        schedule = self.policy.offline(n, "tape.chain")
         return run_chain(self, chain, state, schedule, max_steps=_online_end(schedule, n))[0]
 
     def scan(self, f, init, xs):
@@ -245,7 +286,6 @@ class Tape(Recorder):
         n = lengths.pop()
         if n == 0:
             raise ValueError("tape.scan: xs has a leading axis of length 0; nothing to scan")
-        schedule = self.policy.offline(n, "tape.scan")
         nodes = tuple(t.node or None for t in tensors)
 
         def call(i, carry, x):
@@ -267,6 +307,9 @@ class Tape(Recorder):
             xs_tree=xs_tree,
             has_ys=True,
         )
+        if self.byte_limit is not None:
+            return self._budgeted(chain, init, n, (f,), alike=True)
+        schedule = self.policy.offline(n, "tape.scan")
         # ys is None when every y is
         return run_chain(self, chain, init, schedule, max_steps=_online_end(schedule, n))
 

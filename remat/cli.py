@@ -9,6 +9,14 @@ runs made without tracemalloc (which slows allocation down several times),
 repeated with the schedules interleaved, and is their median; memory comes
 from separate runs under tracemalloc.
 
+``remat compare --memory 2MiB`` draws the budget curve instead: for byte
+budgets from the least any plan needs up to the one given, the time of
+revolve with the most slots that fit, of mixed checkpointing with the most
+slots that fit and of the optimal plan (:class:`remat.schedules.Optimal`),
+each measured (the chain's own forward and backward, median of the repeats)
+beside what the plan predicts from the measured costs, with the bytes held
+(never above the budget) and the gradients' difference from store_all's.
+
 ``remat schedule`` prints a schedule's actions and totals and can draw it.
 
 Both take ``--format table|csv|json``; json carries every figure measured plus
@@ -30,11 +38,13 @@ import tracemalloc
 from pathlib import Path
 
 from . import __version__, backend
+from . import memory as M
 from . import schedules as S
 from .budget import Tape
 from .workloads import WORKLOADS, make_workload
 
 COMPARED = ("store_all", "sqrt", "revolve", "online")
+CURVE = ("revolve", "mixed", "optimal")  # remat compare --memory: one curve each
 FORMATS = ("table", "csv", "json")
 MiB = 2**20
 
@@ -73,6 +83,13 @@ def _count(name, minimum, maximum):
         return value
 
     return parse
+
+
+def _size(text):
+    try:
+        return M.parse_bytes(text, "--memory")
+    except (TypeError, ValueError) as error:
+        raise argparse.ArgumentTypeError(str(error).replace("--memory: memory=", "")) from None
 
 
 def _figure_path(text):
@@ -152,6 +169,19 @@ def build_parser():
         type=_count("--repeats", 1, 1000),
         default=3,
         help="timed runs per schedule, interleaved across schedules; time is their median",
+    )
+    compare.add_argument(
+        "--memory",
+        metavar="BYTES",
+        type=_size,
+        help="draw the budget curve up to this many bytes (e.g. 2MiB, 512KiB, 3MB): time "
+        "against bytes for revolve, mixed and the optimal plan, measured and predicted",
+    )
+    compare.add_argument(
+        "--budgets",
+        type=_count("--budgets", 1, 100),
+        help="with --memory: how many budgets on the curve (spaced evenly on a log scale "
+        "from the least a plan needs up to --memory; default 5)",
     )
     _output_options(compare, "a figure of memory, step evaluations and time")
     schedule = commands.add_parser(
@@ -379,8 +409,24 @@ PUBLIC = (  # the fields of a row that csv and json print
 )
 
 
+def _compare_heading(args, description):
+    """The fields every ``remat compare`` json document starts with."""
+    return dict(
+        command="compare",
+        workload=args.workload,
+        description=description,
+        steps=args.steps,
+        repeats=args.repeats,
+    )
+
+
 def compare(args, out=None):
     out = out or sys.stdout
+    if args.memory is not None:
+        return compare_memory(args, out)
+    if args.budgets is not None:
+        print("remat compare: error: --budgets needs --memory", file=sys.stderr)
+        return 2
     rows = measure(args.workload, args.steps, args.snapshots, args.repeats, bool(args.plot))
     failures = _check(rows)
     description = make_workload(args.workload, steps=1).description
@@ -389,12 +435,8 @@ def compare(args, out=None):
     public = [{key: row[key] for key in PUBLIC} for row in rows]
     if args.format == "json":
         document = dict(
-            command="compare",
-            workload=args.workload,
-            description=description,
-            steps=args.steps,
+            **_compare_heading(args, description),
             snapshots=args.snapshots,
-            repeats=args.repeats,
             state_bytes=rows[0]["state_bytes"],
             method=(
                 f"seconds: median of {args.repeats} runs per schedule without tracemalloc, "
@@ -446,6 +488,217 @@ def _compare_table(rows, args, description, failures, out):
         lines.append(f"figure written to {args.plot}")
     lines += failures or ["gradients identical under every schedule"]
     print("\n".join(lines), file=out)
+
+
+# --- compare --memory: the budget curve ----------------------------------------------
+
+
+def measured_costs(workload_name, steps, memory):
+    """The workload's costs as ``Tape(memory=memory)`` measures them (one run, planned)."""
+    M.clear_plans()
+    tape = Tape(memory=memory)
+    make_workload(workload_name, steps=steps).loss_and_gradients(tape)
+    return tape.plans[0][1]
+
+
+def curve_budgets(least, most, count):
+    """``count`` budgets from ``least`` to ``most`` bytes, evenly spaced on a log scale."""
+    if count == 1 or most <= least:
+        return [most]
+    ratio = most / least
+    return sorted({int(least * ratio ** (k / (count - 1))) for k in range(count)} | {most})
+
+
+def _curve_tape(name, budget):
+    return Tape(memory=budget, schedule=None if name == "optimal" else name)
+
+
+def measure_curve(workload_name, steps, memory, count=5, repeats=3):
+    """Rows of the budget curve: every budget, every schedule of :data:`CURVE`.
+
+    Each (budget, schedule) is planned once (it measures the workload), then
+    run ``repeats`` times without tracemalloc, budgets and schedules
+    interleaved; ``seconds`` is the median of the chain's own time
+    (``tape.stats.seconds``).  Gradients are compared with store_all's.
+    """
+    costs = measured_costs(workload_name, steps, memory)
+    least = S.minimum_bytes(costs)
+    if least > memory:
+        raise ValueError(
+            f"--memory {memory} bytes is too small for {workload_name} with {steps} steps: "
+            f"the least any plan needs is {least} bytes ({least / MiB:.3f} MiB)"
+        )
+    reference = make_workload(workload_name, steps=steps).loss_and_gradients(Tape())[1]
+    budgets = curve_budgets(least, memory, count)
+    cells = [(b, name) for b in budgets for name in CURVE]
+    rows, seconds = {}, {cell: [] for cell in cells}
+    total = len(cells) * (repeats + 1)
+    runs = iter(_progress(range(total), "runs"))
+    M.clear_plans()
+    for round_ in range(repeats + 1):  # round 0 plans (measures): not timed
+        for budget, name in cells:
+            next(runs, None)
+            cell = (budget, name)
+            if rows.get(cell, {}).get("fits") is False:
+                continue
+            workload = make_workload(workload_name, steps=steps)
+            tape = _curve_tape(name, budget)
+            gc.collect()
+            try:
+                grads = workload.loss_and_gradients(tape)[1]
+            except ValueError as error:  # revolve or mixed: not even one slot fits
+                rows[cell] = dict(budget=budget, schedule=name, fits=False, note=str(error))
+                continue
+            stats = tape.stats
+            if round_ == 0:
+                rows[cell] = dict(
+                    budget=budget,
+                    schedule=name,
+                    fits=True,
+                    plan=type(tape.plans[0][0]).__name__,
+                    snapshots=stats.snapshots,
+                    forward_steps=stats.forward_steps,
+                    peak_bytes=stats.peak_bytes,
+                    predicted_seconds=stats.predicted_seconds,
+                    max_grad_diff=_max_diff(grads, reference),
+                )
+                continue
+            seconds[cell].append(stats.seconds)
+            row = rows[cell]
+            row["max_grad_diff"] = max(row["max_grad_diff"], _max_diff(grads, reference))
+            row["peak_bytes"] = max(row["peak_bytes"], stats.peak_bytes)
+    out = []
+    for cell in cells:
+        row = rows[cell]
+        if row["fits"]:
+            row["seconds"] = statistics.median(seconds[cell])
+            row["seconds_runs"] = seconds[cell]
+            row["ratio"] = row["seconds"] / row["predicted_seconds"]
+        out.append(row)
+    return out, costs
+
+
+CURVE_PUBLIC = (
+    "budget",
+    "schedule",
+    "fits",
+    "plan",
+    "snapshots",
+    "forward_steps",
+    "peak_bytes",
+    "predicted_seconds",
+    "seconds",
+    "ratio",
+    "max_grad_diff",
+)
+
+
+def _check_curve(rows):
+    failures = []
+    for row in rows:
+        if not row["fits"]:
+            continue
+        where = f"{row['schedule']} at {row['budget']} bytes"
+        if row["peak_bytes"] > row["budget"]:
+            failures.append(f"{where}: held {row['peak_bytes']} bytes, over the budget")
+        if row["max_grad_diff"] != 0.0:
+            failures.append(f"{where}: gradients differ from store_all by {row['max_grad_diff']:g}")
+    return failures
+
+
+def compare_memory(args, out):
+    count = 5 if args.budgets is None else args.budgets
+    rows, costs = measure_curve(args.workload, args.steps, args.memory, count, args.repeats)
+    failures = _check_curve(rows)
+    description = make_workload(args.workload, steps=1).description
+    if args.plot:
+        _curve_figure(rows, args).savefig(args.plot, dpi=110, bbox_inches="tight")
+    public = [{key: row.get(key) for key in CURVE_PUBLIC} for row in rows]
+    if args.format == "json":
+        _write_json(
+            dict(
+                **_compare_heading(args, description),
+                memory=args.memory,
+                least_bytes=S.minimum_bytes(costs),
+                store_all_model_bytes=sum(costs.tape_bytes),
+                method=(
+                    "seconds: median over the repeats of tape.stats.seconds (the chain's own "
+                    "forward and backward), without tracemalloc, budgets and schedules "
+                    "interleaved; predicted_seconds: the plan's time under the costs measured "
+                    "by Tape(memory=); peak_bytes: tape.stats.peak_bytes"
+                ),
+                rows=public,
+                failures=failures,
+                ok=not failures,
+                figure=args.plot,
+                **environment(),
+            ),
+            out,
+        )
+    elif args.format == "csv":
+        _write_csv(public, out)
+    else:
+        lines = [
+            f"workload {args.workload} ({description}), {args.steps} steps; budget curve up "
+            f"to {args.memory / MiB:.3f} MiB",
+            f"measured: one step forward {costs.forward_time[0] * 1e3:.3f} ms, taped and "
+            f"reversed {costs.reverse_time[0] * 1e3:.3f} ms, state {costs.state_bytes[0]} B, "
+            f"tape {costs.tape_bytes[0]} B (step 0); least budget "
+            f"{S.minimum_bytes(costs) / MiB:.3f} MiB",
+            "",
+            f"{'budget MiB':>10} {'schedule':<8} {'slots':>5} {'forward':>7} {'held MiB':>9} "
+            f"{'predicted s':>11} {'measured s':>10} {'ratio':>6} {'max |grad diff|':>16}",
+        ]
+        for row in rows:
+            head = f"{row['budget'] / MiB:>10.3f} {row['schedule']:<8}"
+            if not row["fits"]:
+                lines.append(f"{head} does not fit (not even one slot)")
+                continue
+            lines.append(
+                f"{head} {row['snapshots']:>5} {row['forward_steps']:>7} "
+                f"{row['peak_bytes'] / MiB:>9.3f} {row['predicted_seconds']:>11.4f} "
+                f"{row['seconds']:>10.4f} {row['ratio']:>6.2f} {row['max_grad_diff']:>16.3g}"
+            )
+        lines += [
+            "",
+            "revolve, mixed: the most slots that fit in the budget under the measured costs; "
+            "optimal: remat.schedules.Optimal; held: tape.stats.peak_bytes; predicted: the "
+            f"plan's time from the measured costs; measured: median of {args.repeats} runs of "
+            "the chain's forward and backward (tape.stats.seconds); ratio: measured/predicted.",
+        ]
+        if args.plot:
+            lines.append(f"figure written to {args.plot}")
+        lines += failures or ["every run within its budget, gradients identical to store_all"]
+        print("\n".join(lines), file=out)
+    if failures and args.format != "table":
+        print("\n".join(failures), file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _curve_figure(rows, args):
+    from .plot import _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = {"revolve": "tab:red", "mixed": "tab:green", "optimal": "tab:blue"}
+    for name in CURVE:
+        mine = [r for r in rows if r["schedule"] == name and r["fits"]]
+        budgets = [r["budget"] / MiB for r in mine]
+        ax.plot(budgets, [r["seconds"] for r in mine], "o-", color=colors[name], label=name)
+        ax.plot(
+            budgets,
+            [r["predicted_seconds"] for r in mine],
+            "x--",
+            color=colors[name],
+            label=f"{name}, predicted",
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("budget (MiB, log)")
+    ax.set_ylabel("forward + backward of the chain (s)")
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(f"remat compare --memory: {args.workload}, {args.steps} steps", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 COLORS = {  # one colour per schedule, in every panel

@@ -31,6 +31,7 @@ as it happens: ``stats`` reports step evaluations, snapshots and bytes held.
 
 from __future__ import annotations
 
+import time
 from array import array
 from dataclasses import dataclass
 
@@ -88,7 +89,13 @@ class LoopStats:
 
     ``snapshots`` is the schedule's slot budget; ``timeline`` lists
     (step evaluations so far, bytes held) after every step and action when the
-    tape was made with ``trace=True`` (else it is None).
+    tape was made with ``trace=True`` (else it is None).  ``seconds`` is the
+    wall time of the chain's forward and backward sweeps (the schedule's
+    actions).  Under ``rm.Tape(memory=...)`` (:mod:`remat.memory`):
+    ``memory`` is the byte budget, ``plan`` says whether the plan was
+    "measured" for this chain or "reused" from an earlier one, and
+    ``predicted_seconds`` is the plan's time under the measured costs (with a
+    measured overhead per action that runs steps).
     """
 
     steps: int = 0
@@ -98,6 +105,10 @@ class LoopStats:
     schedule: str = ""
     snapshots: int = 0
     timeline: list | None = None
+    seconds: float = 0.0
+    memory: int | None = None
+    plan: str = ""
+    predicted_seconds: float | None = None
 
     @property
     def recomputed_steps(self) -> int:
@@ -113,24 +124,42 @@ class LoopStats:
             peak_bytes=max((s.peak_bytes for s in stats), default=0),
             schedule=", ".join(s.schedule for s in stats),
             snapshots=max((s.snapshots for s in stats), default=0),
+            seconds=sum(s.seconds for s in stats),
+            memory=max((s.memory for s in stats if s.memory is not None), default=None),
+            plan=", ".join(s.plan for s in stats if s.plan),
+            predicted_seconds=(
+                sum(s.predicted_seconds for s in stats)
+                if stats and all(s.predicted_seconds is not None for s in stats)
+                else None
+            ),
         )
 
     def __str__(self):
         factor = self.forward_steps / self.steps if self.steps else 0.0
-        return (
+        text = (
             f"{self.schedule or 'no loop'}: {self.steps} steps, {self.forward_steps} step "
             f"evaluations ({self.recomputed_steps} recomputed, {factor:.2f}x), "
             f"peak {self.peak_snapshots} snapshots, peak {self.peak_bytes / 2**20:.3f} MiB held"
         )
+        if self.memory is not None:
+            text += f" of a {self.memory / 2**20:.3f} MiB budget (plan {self.plan})"
+        if self.predicted_seconds is not None:
+            text += f"; {self.seconds:.4f} s measured, {self.predicted_seconds:.4f} s predicted"
+        return text
 
 
 class Holdings:
-    """Bytes held by the chain right now, each array counted once however often held."""
+    """Bytes held by the chain right now, each array counted once however often held.
 
-    def __init__(self):
+    With a ``limit`` (a byte budget), holding more raises a LoopError: the
+    costs a plan was made from no longer describe the chain.
+    """
+
+    def __init__(self, limit=None):
         self.count = {}  # id(array) -> [array, holders]
         self.bytes = 0
         self.peak = 0
+        self.limit = limit
 
     def hold(self, arrays):
         for a in arrays:
@@ -142,6 +171,13 @@ class Holdings:
                 entry[1] += 1
         if self.bytes > self.peak:
             self.peak = self.bytes
+            if self.limit is not None and self.peak > self.limit:
+                raise LoopError(
+                    f"the chain now holds {self.peak} bytes, more than its budget of "
+                    f"{self.limit} bytes: a step's tape or state is larger than when the plan "
+                    "was measured (a step whose records depend on the values?); clear the "
+                    "plan cache (remat.memory.clear_plans()) or give more memory"
+                )
 
     def release(self, arrays):
         for a in arrays:
@@ -463,7 +499,7 @@ class ChainRun:
         self.first = array("L")  # step i -> fingerprint of its outputs the first time it ran
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
-        self.held = Holdings()
+        self.held = Holdings(getattr(tape, "byte_limit", None))  # Tape(memory=): its budget
         self.cotangent = None  # of x_position during the reverse sweep
         self.ys_cotangent = None
         self.xs_grads = None
@@ -752,6 +788,7 @@ class ChainRun:
 
     def run_forward(self):
         """Carry out the schedule up to EndForward; return x_n's arrays and the ys."""
+        start = time.perf_counter()
         for action in self.actions:
             if type(action) is schedules.EndForward:
                 break
@@ -769,6 +806,7 @@ class ChainRun:
                 for k in range(len(self.ys_spec.shapes))
             )
             self.ys = {}
+        self.stats.seconds += time.perf_counter() - start
         return self.current[0], ys
 
     def backward(self, cotangent, sweep):
@@ -783,6 +821,7 @@ class ChainRun:
         self.ys_cotangent = cotangent.parts[width:]
         self.xs_grads = [backend.zeros((n, *a.shape[1:]), a.dtype, like=a) for a in self.chain.xs]
         rng_after_forward = backend.random_state()
+        start = time.perf_counter()
         try:
             for action in self.actions:
                 if type(action) is schedules.End:
@@ -804,6 +843,7 @@ class ChainRun:
                 if node is not None:
                     sweep.add(node, g)
         finally:
+            self.stats.seconds += time.perf_counter() - start
             backend.set_random_state(rng_after_forward)
             self.release()
 

@@ -21,6 +21,10 @@ HEADERS = {
     "online": ["| n | s | offline optimum T(n, s) | remat Online |"],
     "logn": ["| n | s = ceil(log2 n) | forward_steps / n |"],
     "depth": ["| contender | depth L | s (fwd+bwd) | time vs smallest depth |"],
+    "memory": [
+        "| width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
+        "| width | budget MiB | optimal s | revolve slots | revolve s |",
+    ],
 }
 
 
@@ -33,6 +37,9 @@ def test_quick_run_prints_its_table(name):
     if name == "loop":  # torch is compared with, or its absence explained
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch checkpoint_sequential" if has_torch else "torch skipped: ") in text
+    if name == "memory":
+        has_torch = importlib.util.find_spec("torch") is not None
+        assert ("| library | plan |" if has_torch else "torch skipped: ") in text
 
 
 def test_logn_plot_is_drawn(tmp_path):

@@ -307,3 +307,54 @@ def test_compare_runs_a_chain_and_a_scan_exactly(name, capsys):
     assert all(r["max_grad_diff"] == 0 for r in rows)
     revolve = next(r for r in rows if r["schedule"] == "revolve")
     assert revolve["forward_steps"] == schedules.optimal_forward_steps(12, 3)
+
+
+def test_compare_memory_draws_the_budget_curve_within_every_budget():
+    result = run_cli(
+        "compare", "--memory", "300KiB", "--steps", "30", "--repeats", "1", "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["ok"] is True and document["memory"] == 300 * 1024
+    rows = document["rows"]
+    budgets = sorted({row["budget"] for row in rows})
+    assert budgets[0] == document["least_bytes"] and budgets[-1] == 300 * 1024
+    assert len(budgets) == 5 and [row["schedule"] for row in rows[:3]] == list(cli.CURVE)
+    for row in rows:
+        assert set(row) == set(cli.CURVE_PUBLIC)
+        if row["fits"]:
+            assert row["peak_bytes"] <= row["budget"]
+            assert row["max_grad_diff"] == 0.0
+            assert row["predicted_seconds"] > 0 and row["seconds"] > 0
+    optimal = [row for row in rows if row["schedule"] == "optimal"]
+    assert all(row["fits"] for row in optimal)  # from the least budget up
+    steps = [row["forward_steps"] for row in optimal]
+    assert steps == sorted(steps, reverse=True) and steps[0] > 30
+    table = run_cli("compare", "--memory", "300KiB", "--steps", "30", "--repeats", "1")
+    assert table.returncode == 0, table.stderr
+    assert "every run within its budget, gradients identical to store_all" in table.stdout
+
+
+@pytest.mark.parametrize(
+    "memory, message",
+    [
+        ("2 parsecs", "is not a size"),
+        ("100B", "memory=100 bytes is too small"),
+        ("40KiB", "needs at least"),
+    ],
+)
+def test_compare_memory_refuses_a_bad_budget_in_one_line(memory, message):
+    given = ["--budgets", "3"] if memory is None else ["--memory", memory]
+    result = run_cli("compare", *given, "--steps", "20")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_compare_memory_draws_its_figure(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the figure needs matplotlib")
+    path = tmp_path / "curve.png"
+    argv = ["compare", "--memory", "200KiB", "--steps", "12", "--repeats", "1", "--budgets", "2"]
+    assert cli.main([*argv, "--plot", str(path)]) == 0
+    assert path.stat().st_size > 0
+    assert f"figure written to {path}" in capsys.readouterr().out

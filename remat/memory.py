@@ -1,0 +1,480 @@
+"""Byte budgets: ``rm.Tape(memory="64 MiB")`` measures a chain, plans it and runs the plan.
+
+The memory model (that of :mod:`remat.schedules.costs`): at any moment a
+chain holds the states in its slots and the step tapes it keeps.
+``state_bytes[i]`` is the bytes of state ``x_i`` (every leaf);
+``tape_bytes[i]`` is the bytes of the arrays step ``i``'s records hold of the
+step's own values (what it made, and its inputs, ``x_i`` included), exactly
+as :func:`remat.executor.saved_by` counts them for ``tape.stats.peak_bytes``.
+The budget bounds their sum.  The state being evaluated, the cotangent, the
+parameters and a scan's ``ys`` are not counted (as ``tape.stats`` does not).
+
+Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
+
+1. **measures** the costs (:func:`measure_costs`) with the executor itself,
+   one step at a time: step ``i`` is evaluated untaped (``forward_time[i]``,
+   and ``x_{i+1}``'s bytes), then taped from ``x_i`` and reversed with a
+   cotangent of ones, the gradients thrown away (``reverse_time[i]``, and
+   the bytes its tape holds).  A loop's steps are all alike: the first steps
+   are measured (step 0 taped once to learn its tape's bytes, then runs of up
+   to :data:`SPAN` steps, as many tapes as fit in the budget, timed five
+   times: the least per step) and taken for every step; so are a scan's
+   (its inputs ``xs[i]`` all have one shape).  A chain is measured step by
+   step, once, one tape at a time.  Measuring holds no snapshot and never
+   more tapes than fit in the budget; if step 0's tape (a chain's step i)
+   alone is over it, measuring stops there with the ValueError of a budget
+   too small.  The random-number stream is put back as it was.
+2. **plans** with :class:`~remat.schedules.Optimal` (or, asked for, revolve or
+   mixed with the most slots that fit).
+3. **runs** the plan with the executor, which refuses to hold more than the
+   budget (a LoopError, should the chain have changed since it was measured).
+   ``tape.stats.predicted_seconds`` is the plan's time under the costs, plus
+   the measured overhead of each Advance, Tape and Reverse action: a one-step
+   action's time beyond a step's share of a long run.
+
+The plan is cached, keyed by the functions (the objects themselves), the
+shapes and dtypes of the state (and of ``xs``), the length and the budget, so
+that a training loop taking a new Tape each iteration measures once.
+``tape.stats.plan`` says "measured" or "reused"; ``clear_plans()`` empties the
+cache (which keeps the last :data:`CACHE_SIZE` plans, and the functions of
+their keys alive).
+
+Heterogeneous chains.  :class:`Optimal`'s programme is cubic in the length
+for a chain whose steps differ (measured times always differ a little), so a
+chain of more than :data:`BLOCK_LIMIT` steps is planned over blocks of
+consecutive steps (as equal in length as can be): a block is taped or
+advanced over as a whole, its tape is the sum of its steps' tapes.  The plan
+is optimal among schedules that store states only at block boundaries; when
+the budget is too small for that, the blocks are made twice as many (up to
+one step a block: the exact programme, which is slow for long chains).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import OrderedDict
+from fractions import Fraction
+from numbers import Integral
+
+from . import backend, schedules
+from .executor import ChainRun, Holdings, Spec, leaves_of
+
+CACHE_SIZE = 32
+BLOCK_LIMIT = 64  # heterogeneous chains longer than this are planned over blocks
+SERVED = (None, "optimal", "revolve", "mixed")  # what Tape(memory=) can plan
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
+
+
+def parse_bytes(value, where="Tape") -> int:
+    """A budget in bytes: an int, or a string such as ``"512 KiB"``, ``"64 MiB"``, ``"2 GB"``.
+
+    Units: ``B``; ``kB``, ``MB``, ``GB``, ``TB`` (powers of 1000); ``KiB``,
+    ``MiB``, ``GiB``, ``TiB`` (powers of 1024); case is ignored.  A number
+    without a unit is bytes.  A fraction of a byte is dropped (``"1.5 kB"``
+    is 1500; ``"0.5 B"`` is refused: a budget is at least one byte).
+    """
+    if isinstance(value, bool) or not isinstance(value, (Integral, str)):
+        raise TypeError(
+            f"{where}: memory must be an int number of bytes or a string such as '64 MiB', "
+            f"got {value!r}"
+        )
+    if isinstance(value, str):
+        match = _SIZE.fullmatch(value)
+        unit = match and _UNITS.get(match.group(2).lower() or "b")
+        if not unit:
+            raise ValueError(
+                f"{where}: memory={value!r} is not a size; write a number and a unit, "
+                "e.g. '512 KiB', '64 MiB', '2 GB' (units: B, kB, MB, GB, TB, KiB, MiB, "
+                "GiB, TiB)"
+            )
+        number = int(Fraction(match.group(1)) * unit)
+    else:
+        number = int(value)
+    if number < 1:
+        raise ValueError(f"{where}: memory must be at least 1 byte, got {value!r}")
+    return number
+
+
+def check_schedule(memory, snapshots, schedule):
+    """Refuse what ``Tape(memory=)`` cannot serve; the schedule name it plans with.
+
+    ``snapshots=s`` beside ``memory=`` agrees with it when ``s`` slots fit in the
+    budget: it is then revolve (or ``schedule="mixed"``) with ``s`` slots, checked
+    against the measured costs before it runs.  The optimal plan picks its own
+    slots, so ``schedule="optimal"`` takes no ``snapshots=``.
+    """
+    if schedule is not None and not isinstance(schedule, str):
+        raise ValueError(
+            f"Tape: memory= plans the schedule from measured costs; it cannot serve the "
+            f"schedule object {schedule!r} (give one or the other)"
+        )
+    if schedule not in SERVED:
+        raise ValueError(
+            f"Tape: memory= cannot serve schedule={schedule!r}, which does not plan for a "
+            "byte budget; use the optimal plan (no schedule=), 'revolve' or 'mixed' (the "
+            "most slots that fit), or drop memory="
+        )
+    if schedule is None:
+        schedule = "optimal" if snapshots is None else "revolve"
+    if schedule == "optimal" and snapshots is not None:
+        raise ValueError(
+            f"Tape: memory= with snapshots={snapshots}: the optimal plan chooses its own "
+            "slots from the budget; give snapshots= only with schedule='revolve' or 'mixed' "
+            "(which then check that the slots fit in the budget)"
+        )
+    return schedule
+
+
+# --- measuring ------------------------------------------------------------------
+
+
+class _DropSweep:
+    """An outer sweep that throws away what reaches it (measuring must not add to .grad)."""
+
+    def __init__(self):
+        self.ns = backend.ARRAY_NAMESPACE
+        self.create_graph = self.retain_graph = False
+
+    def add(self, node, g):
+        pass
+
+
+class _Rows:
+    """Stands for a (steps, ...) array whose every row is ``row``: a scan's cotangents of
+    ys, or the buffer gathering those of xs, without n rows held."""
+
+    def __init__(self, row, steps):
+        self.row = row
+        self.shape = (steps, *row.shape)
+
+    def __getitem__(self, i):
+        return self.row
+
+    def __setitem__(self, i, value):
+        pass
+
+
+def _ones_for(arrays):
+    return [backend.ones_like(a) if backend.is_floating(a.dtype) else None for a in arrays]
+
+
+def _nbytes(arrays):
+    return sum(backend.nbytes(a) for a in arrays)
+
+
+SPAN = 16  # a loop's (or scan's) step is timed over runs of up to this many steps
+
+
+def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
+    """From x_start (current): advance untaped to ``advance_stop``, then from x_start
+    again tape to ``tape_stop`` and reverse with cotangents of ones.  Returns
+    (seconds advancing, seconds taping and reversing, bytes the tapes held, the
+    state at ``advance_stop``)."""
+    here = run.current
+    run.position = start
+    begin = time.perf_counter()
+    run.advance(schedules.Advance(start, advance_stop))
+    advanced = time.perf_counter() - begin
+    after = run.current
+    run.current, run.position = here, start
+    begin = time.perf_counter()
+    run.tape_steps(schedules.Tape(start, tape_stop))
+    taped = time.perf_counter() - begin
+    held = run.held.bytes
+    if held > memory:
+        run.release()
+        what = f"step {start}'s tape" if tape_stop == start + 1 else "the tapes measured"
+        raise ValueError(
+            f"{chain.owner}: memory={memory} bytes is too small: {what} alone holds {held} "
+            f"bytes, so any schedule needs at least {held} bytes (measuring stopped there)"
+        )
+    last = run.tapes[tape_stop - 1]
+    width = len(run.spec_at(tape_stop).shapes)
+    run.cotangent = _ones_for(t._data for t in last.outputs[:width])
+    if chain.has_ys:
+        run.ys_cotangent = [
+            None if g is None else _Rows(g, steps)
+            for g in _ones_for(y._data for y in last.outputs[width:])
+        ]
+    begin = time.perf_counter()
+    run.reverse(schedules.Reverse(start, tape_stop))
+    reversed_ = taped + time.perf_counter() - begin
+    run.current = after
+    return advanced, reversed_, held, after
+
+
+def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
+    """``(costs, peak, overhead)``: the :class:`ChainCosts` of ``chain`` from ``state``, the
+    most bytes held measuring, and the seconds an action costs besides its steps
+    (a dict by kind of action, for :func:`predicted_time`).
+
+    Measured with the executor's own actions on a run of its own, whose
+    gradients go nowhere.  ``alike`` (a loop, a scan): every step costs what the
+    first do; step 0 is taped once (a warm-up, and its tape's bytes), then
+    ``repeats`` times the first ``min(steps, SPAN)`` steps are advanced over
+    and the first ``k`` taped and reversed, ``k`` as many tapes as fit in the
+    budget (at most ``SPAN``), and each time divided by its steps (the
+    least of the repeats: what another process running on the machine adds
+    is noise that only ever lengthens a run).  Otherwise each step is measured once, one tape
+    at a time, and the whole chain advanced over once more: what n one-step
+    Advances cost beyond it is the overhead of n - 1 actions, taken out of the
+    steps' times and charged per action.  Raises ValueError as soon as a tape
+    is over ``memory``.
+    """
+    x0, x0_nodes, tree = leaves_of(state, "the initial state")
+    rng = backend.random_state()
+    run = ChainRun(
+        tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
+    )
+    run.held = Holdings()
+    run.check_values = tape.check_replay  # the plan's re-taped steps will be checked: time it
+    run.outer_sweep = _DropSweep()
+    if chain.xs:
+        run.xs_grads = [_Rows(backend.zeros(a.shape[1:], a.dtype, like=a), steps) for a in chain.xs]
+    peak = 0
+    start = run.current
+    try:
+        if alike:
+            _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
+            peak = tape_bytes
+            span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, memory // tape_bytes))
+            f_times, r_times, f_one, r_one = [], [], [], []
+            for _ in range(repeats):
+                run.current = start
+                f, r, held, _ = _time_steps(run, chain, 0, span, taped_span, steps, memory)
+                peak = max(peak, held)
+                f_times.append(f / span)
+                r_times.append(r / taped_span)
+                run.current = start
+                f, r, _, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
+                f_one.append(f)
+                r_one.append(r)
+            f, r = min(f_times), min(r_times)
+            costs = schedules.ChainCosts.uniform(steps, f, r, _nbytes(x0), tape_bytes)
+            # what an action that runs steps costs besides them: a one-step Advance, and a
+            # one-step Tape and its Reverse (two actions), less their steps' share of the runs
+            each = (max(0.0, min(f_one) - f) + max(0.0, min(r_one) - r) / 2) / 2
+            overhead = dict.fromkeys((schedules.Advance, schedules.Tape, schedules.Reverse), each)
+            return costs, peak, overhead
+        forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
+        for i in range(steps):
+            f, r, held, after = _time_steps(run, chain, i, i + 1, i + 1, steps, memory)
+            peak = max(peak, held)
+            forward.append(f)
+            reverse.append(r)
+            state_bytes.append(_nbytes(after[0]))
+            tape_bytes.append(held)
+        overhead = {}
+        if steps > 1:  # each step was timed in actions of its own: their overhead is in its
+            # times; one untaped run of the whole chain tells it (what n one-step Advances
+            # cost beyond one Advance of n steps), and it is charged per action instead
+            run.current, run.position = start, 0
+            begin = time.perf_counter()
+            run.advance(schedules.Advance(0, steps))
+            whole = time.perf_counter() - begin
+            each = min(max(0.0, (sum(forward) - whole) / (steps - 1)), min(forward))
+            forward = [f - each for f in forward]
+            overhead = {schedules.Advance: each}  # a step's records are made one by one
+            # whether taped in one action or many: its Tape/Reverse times keep their share
+        return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak, overhead
+    finally:
+        run.release()
+        backend.set_random_state(rng)
+
+
+# --- planning -------------------------------------------------------------------
+
+
+class Blocks:
+    """A plan over blocks of consecutive steps, carried out on the steps themselves.
+
+    ``plan`` is a schedule of ``len(starts) - 1`` block-steps; block ``k`` is
+    steps ``starts[k] .. starts[k + 1] - 1``.  Taping, advancing over or
+    reversing a block does so to each of its steps, so a block's tape holds
+    the sum of its steps' tapes (what :func:`block_costs` gives the plan).
+    """
+
+    def __init__(self, plan, starts):
+        self.plan = plan
+        self.starts = tuple(starts)
+        self.steps = self.starts[-1]
+        self.snapshots = plan.snapshots
+        self.blocks = len(self.starts) - 1
+        self.predicted_time = plan.predicted_time  # a block's costs are its steps' sums
+        self.predicted_peak_bytes = plan.predicted_peak_bytes
+
+    def __repr__(self):
+        return f"Blocks({self.plan!r}, {self.blocks} blocks of {self.steps} steps)"
+
+    def __iter__(self):
+        starts = self.starts
+        for action in self.plan:
+            kind = type(action)
+            if kind in (schedules.Advance, schedules.Tape, schedules.Reverse):
+                yield kind(starts[action.start], starts[action.stop])
+            elif kind in (schedules.Snapshot, schedules.Restore):
+                yield kind(starts[action.step], *action[1:])
+            else:
+                yield action
+
+
+def block_starts(steps, blocks):
+    """Where each of ``blocks`` blocks of ``steps`` steps starts (lengths differ by one at
+    most), and ``steps`` at the end."""
+    return [k * steps // blocks for k in range(blocks)] + [steps]
+
+
+def block_costs(costs, starts):
+    """The ChainCosts of the chain whose steps are the blocks ``starts`` delimits."""
+    pairs = list(zip(starts, starts[1:]))
+    return schedules.ChainCosts(
+        [sum(costs.forward_time[a:b]) for a, b in pairs],
+        [sum(costs.reverse_time[a:b]) for a, b in pairs],
+        [costs.state_bytes[a] for a in starts],
+        [sum(costs.tape_bytes[a:b]) for a, b in pairs],
+    )
+
+
+def _too_small(form, memory, need):
+    return ValueError(
+        f"{form}: memory={memory} bytes is too small for this chain: a valid schedule "
+        f"needs at least {need} bytes ({need / 2**20:.3f} MiB) under the measured costs"
+    )
+
+
+def plan_optimal(costs, memory, form="Tape", block_limit=None):
+    """The Optimal plan for ``costs`` in ``memory`` bytes (over blocks for a long
+    heterogeneous chain: see the module docstring)."""
+    limit = BLOCK_LIMIT if block_limit is None else block_limit
+    n = costs.steps
+    uniform = (
+        len(set(costs.tape_bytes)) == len(set(costs.forward_time)) == 1
+        and len(set(costs.reverse_time)) == len(set(costs.state_bytes[:n])) == 1
+    )
+    blocks = n if uniform or n <= limit else limit
+    while True:
+        if blocks >= n:
+            try:
+                return schedules.Optimal(costs, memory)
+            except ValueError as error:
+                if "too small" in str(error):
+                    raise _too_small(form, memory, schedules.minimum_bytes(costs)) from None
+                raise
+        starts = block_starts(n, blocks)
+        coarse = block_costs(costs, starts)
+        if schedules.minimum_bytes(coarse) <= memory:
+            try:
+                return Blocks(schedules.Optimal(coarse, memory), starts)
+            except ValueError:  # within rounding of the minimum: finer blocks
+                pass
+        blocks = min(n, 2 * blocks)
+
+
+def fitting_slots(name, costs, memory, snapshots=None, form="Tape"):
+    """Revolve or Mixed with ``snapshots`` slots (checked to fit in ``memory`` under
+    ``costs``), or with the most slots that fit."""
+    n = costs.steps
+
+    def make(s):
+        return schedules.make_schedule(name, steps=n, snapshots=s)
+
+    def peak(s):
+        return schedules.simulate(make(s), costs).peak_bytes
+
+    if snapshots is not None:
+        need = peak(snapshots)
+        if need > memory:
+            raise ValueError(
+                f"{form}: snapshots={snapshots} and memory={memory} bytes disagree: {name} with "
+                f"{snapshots} slots holds up to {need} bytes under the measured costs"
+            )
+        return make(snapshots)
+    if peak(1) > memory:
+        raise ValueError(
+            f"{form}: memory={memory} bytes is too small for {name}: with one slot it holds "
+            f"{peak(1)} bytes under the measured costs"
+        )
+    lo, hi = 1, n  # the most slots that fit, by bisection (the peak grows with the slots)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if peak(mid) <= memory:
+            lo = mid
+        else:
+            hi = mid - 1
+    return make(lo)
+
+
+# --- the cache ------------------------------------------------------------------
+
+_PLANS: OrderedDict = OrderedDict()
+
+
+def clear_plans():
+    """Forget every cached plan (the next chain under a budget is measured again)."""
+    _PLANS.clear()
+
+
+def _spec_key(tree_and_arrays):
+    tree, arrays = tree_and_arrays
+    return tree, tuple((a.shape, str(a.dtype)) for a in arrays)
+
+
+def plan_chain(tape, chain, state, steps, functions, alike):
+    """``(schedule, costs, predicted seconds, how)`` for ``chain`` under ``tape``'s budget:
+    from the cache ("reused") or measured and planned now ("measured")."""
+    memory, name, snapshots = tape.byte_limit, tape.memory_schedule, tape.policy.snapshots
+    x0, _, tree = leaves_of(state, "the initial state")
+    key = (
+        chain.owner,
+        tuple(functions),
+        _spec_key((tree, x0)),
+        _spec_key((chain.xs_tree, chain.xs)),
+        steps,
+        memory,
+        name,
+        snapshots,
+    )
+    try:
+        entry = _PLANS.get(key)
+    except TypeError:  # an unhashable function (or tree): plan every time
+        key, entry = None, None
+    if entry is not None:
+        _PLANS.move_to_end(key)
+        return (*entry, "reused")
+    costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike)
+    if name == "optimal":
+        schedule = plan_optimal(costs, memory, chain.owner)
+    else:
+        schedule = fitting_slots(name, costs, memory, snapshots, chain.owner)
+    predicted = predicted_time(schedule, costs, overhead)
+    if key is not None:
+        _PLANS[key] = (schedule, costs, predicted)
+        while len(_PLANS) > CACHE_SIZE:
+            _PLANS.popitem(last=False)
+    return schedule, costs, predicted, "measured"
+
+
+def predicted_time(schedule, costs, overhead=None):
+    """The schedule's time under ``costs`` (its steps: an Optimal plan knows it), plus
+    ``overhead[kind]`` seconds for each action of that kind (a dict; by the
+    measurement, Advance, Tape and Reverse for a loop or scan, Advance for a chain,
+    whose steps' taped times were measured one action each)."""
+    known = getattr(schedule, "predicted_time", None)
+    if known is None:
+        known = schedules.simulate(schedule, costs).time
+    if not overhead:
+        return known
+    return known + sum(overhead.get(type(action), 0.0) for action in schedule)

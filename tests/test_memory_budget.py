@@ -1,0 +1,536 @@
+"""rm.Tape(memory=...): a byte budget, measured, planned with Optimal, cached, and kept to.
+
+Every run must hold at most the budget (tape.stats.peak_bytes, the executor's
+own count), measuring included, and give gradients bit-identical to
+store-all's whatever the plan.  No test here asserts anything about time.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import remat as rm
+from remat import memory, schedules
+from remat.budget import Tape
+from remat.executor import LoopError
+
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    memory.clear_plans()
+    yield
+    memory.clear_plans()
+
+
+def same(a, b):
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+# --- three small workloads: a loop, a chain of changing widths, a scan ------------
+
+W = rm.tensor(rng.standard_normal((8, 8)) / 3, requires_grad=True)
+V = rm.tensor(rng.standard_normal((8, 8)) / 9, requires_grad=True)
+H0 = rng.standard_normal((4, 8))
+
+
+def res_step(h):
+    return h + rm.tanh(h @ W) @ V
+
+
+WIDTHS = [6, 11, 3, 9, 14, 5, 8, 2, 12, 7, 10]
+LAYER_WEIGHTS = [
+    rm.tensor(rng.standard_normal((a, b)) / a**0.5, requires_grad=True)
+    for a, b in zip(WIDTHS, WIDTHS[1:])
+]
+LAYERS = [lambda h, w=w: rm.tanh(h @ w) for w in LAYER_WEIGHTS]
+C0 = rng.standard_normal((3, WIDTHS[0]))
+
+WX = rm.tensor(rng.standard_normal((5, 6)) / 2, requires_grad=True)
+WH = rm.tensor(rng.standard_normal((6, 6)) / 3, requires_grad=True)
+XS = rng.standard_normal((13, 4, 5))
+
+
+def cell(h, x):
+    h = rm.tanh(x @ WX + h @ WH)
+    return h, (h * h).sum(axis=1)
+
+
+def run_loop(tape, steps=12):
+    h0 = rm.tensor(H0, requires_grad=True)
+    with tape:
+        loss = (tape.loop(res_step, h0, steps=steps) ** 2).sum()
+    loss.backward()
+    return [h0.grad, W.grad, V.grad]
+
+
+def run_chain(tape, layers=LAYERS):
+    h0 = rm.tensor(C0, requires_grad=True)
+    with tape:
+        loss = (tape.chain(layers, h0) ** 2).sum()
+    loss.backward()
+    return [h0.grad, *(w.grad for w in LAYER_WEIGHTS[: len(layers)])]
+
+
+def run_scan(tape):
+    h0 = rm.tensor(np.zeros((4, 6)), requires_grad=True)
+    xs = rm.tensor(XS, requires_grad=True)
+    with tape:
+        carry, ys = tape.scan(cell, h0, xs)
+        loss = (carry**2).sum() + ys.sum()
+    loss.backward()
+    return [h0.grad, xs.grad, WX.grad, WH.grad]
+
+
+def clear_grads():
+    for p in [W, V, WX, WH, *LAYER_WEIGHTS]:
+        p.grad = None
+
+
+FORMS = {"loop": run_loop, "chain": run_chain, "scan": run_scan}
+
+
+def store_all(form):
+    clear_grads()
+    tape = rm.Tape()
+    grads = FORMS[form](tape)
+    return grads, tape.stats.peak_bytes
+
+
+def costs_of(form):
+    """The measured costs of a form, as Tape(memory=) measures them (a large budget)."""
+    tape = rm.Tape(memory=2**40)
+    clear_grads()
+    FORMS[form](tape)
+    return memory._PLANS[next(reversed(memory._PLANS))][1]
+
+
+# --- units ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        (1, 1),
+        (4096, 4096),
+        (np.int64(7), 7),
+        ("100", 100),
+        ("100 B", 100),
+        ("512 KiB", 512 * 1024),
+        ("64 MiB", 64 * 2**20),
+        ("2 GB", 2 * 10**9),
+        ("2GiB", 2 * 2**30),
+        ("1.5 kB", 1500),
+        ("0.5 KiB", 512),
+        ("3 mb", 3 * 10**6),
+        ("  8 kib ", 8192),
+        ("1 TB", 10**12),
+    ],
+)
+def test_sizes_parse(text, value):
+    assert memory.parse_bytes(text) == value
+    assert Tape(memory=text).byte_limit == value
+
+
+@pytest.mark.parametrize(
+    "bad, error, message",
+    [
+        ("", ValueError, "is not a size"),
+        ("MiB", ValueError, "is not a size"),
+        ("12 parsecs", ValueError, "is not a size"),
+        ("-5 MiB", ValueError, "is not a size"),
+        ("1e6", ValueError, "is not a size"),
+        ("0 B", ValueError, "at least 1 byte"),
+        ("0.5 B", ValueError, "at least 1 byte"),
+        (0, ValueError, "at least 1 byte"),
+        (-3, ValueError, "at least 1 byte"),
+        (2.0e6, TypeError, "int number of bytes or a string"),
+        (True, TypeError, "int number of bytes or a string"),
+        ([1024], TypeError, "int number of bytes or a string"),
+    ],
+)
+def test_bad_sizes_are_refused(bad, error, message):
+    with pytest.raises(error, match=message):
+        Tape(memory=bad)
+
+
+# --- what memory= serves, and snapshots= beside it ---------------------------------
+
+
+@pytest.mark.parametrize("schedule", ["sqrt", "periodic", "online", "store_all"])
+def test_schedules_that_do_not_plan_for_bytes_are_refused(schedule):
+    with pytest.raises(ValueError, match="cannot serve schedule="):
+        Tape(memory="1 MiB", schedule=schedule, snapshots=3)
+
+
+def test_a_schedule_object_is_refused():
+    with pytest.raises(ValueError, match="cannot serve the schedule object"):
+        Tape(memory="1 MiB", schedule=schedules.Revolve(10, 3))
+
+
+def test_optimal_takes_no_snapshots():
+    with pytest.raises(ValueError, match="chooses its own slots"):
+        Tape(memory="1 MiB", schedule="optimal", snapshots=3)
+
+
+def test_a_loop_of_unknown_length_is_refused():
+    tape = Tape(memory="1 MiB")
+    with tape, pytest.raises(ValueError, match="unknown length cannot be planned"):
+        tape.loop(res_step, rm.tensor(H0), until=lambda h: True)
+
+
+def test_snapshots_that_fit_agree_with_the_budget():
+    costs = costs_of("loop")
+    need = schedules.simulate(schedules.Revolve(12, 3), costs).peak_bytes
+    clear_grads()
+    reference, _ = store_all("loop")
+    clear_grads()
+    tape = Tape(memory=need, snapshots=3)  # revolve with 3 slots, which fit exactly
+    assert same(run_loop(tape), reference)
+    assert tape.stats.schedule == "Revolve" and tape.stats.snapshots == 3
+    assert tape.stats.peak_bytes <= need
+    need = schedules.simulate(schedules.Mixed(12, 3), costs).peak_bytes
+    clear_grads()
+    tape = Tape(memory=need, snapshots=3, schedule="mixed")
+    assert same(run_loop(tape), reference)
+    assert tape.stats.schedule == "Mixed" and tape.stats.peak_bytes <= need
+
+
+def test_snapshots_that_do_not_fit_disagree_with_the_budget():
+    costs = costs_of("loop")
+    need = schedules.simulate(schedules.Revolve(12, 3), costs).peak_bytes
+    tape = Tape(memory=need - 1, snapshots=3)
+    with (
+        tape,
+        pytest.raises(ValueError, match=f"disagree: revolve with 3 slots holds up to {need}"),
+    ):
+        tape.loop(res_step, rm.tensor(H0, requires_grad=True), steps=12)
+
+
+@pytest.mark.parametrize("name, cls", [("revolve", schedules.Revolve), ("mixed", schedules.Mixed)])
+def test_revolve_or_mixed_take_the_most_slots_that_fit(name, cls):
+    costs = costs_of("loop")
+    budget = schedules.simulate(cls(12, 4), costs).peak_bytes
+    clear_grads()
+    tape = Tape(memory=budget, schedule=name)
+    run_loop(tape)
+    s = tape.stats.snapshots
+    assert s >= 4
+    assert schedules.simulate(cls(12, s), costs).peak_bytes <= budget
+    assert s == 12 or schedules.simulate(cls(12, s + 1), costs).peak_bytes > budget
+    assert tape.stats.peak_bytes <= budget
+
+
+# --- the budget is kept, gradients are exact ---------------------------------------
+
+
+def bounds(form):
+    costs = costs_of(form)
+    return schedules.minimum_bytes(costs), sum(costs.tape_bytes) + max(costs.state_bytes)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(sorted(FORMS)), st.floats(0, 1), st.sampled_from([None, "revolve", "mixed"]))
+def test_peak_bytes_stay_within_every_budget_and_gradients_are_exact(form, where, schedule):
+    low, high = bounds(form)
+    budget = int(low + where * (high - low))
+    memory.clear_plans()  # an earlier example may have planned this budget
+    reference, _ = store_all(form)
+    clear_grads()
+    tape = Tape(memory=budget, schedule=schedule)
+    try:
+        grads = FORMS[form](tape)
+    except ValueError as error:  # revolve or mixed: one slot and a tape do not fit
+        assert schedule is not None and "with one slot it holds" in str(error)
+        return
+    assert tape.stats.peak_bytes <= budget
+    assert tape.stats.memory == budget and tape.stats.plan == "measured"
+    assert same(grads, reference)
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_the_smallest_budget_recomputes_and_a_large_one_stores_all(form):
+    low, high = bounds(form)
+    reference, full = store_all(form)
+    clear_grads()
+    tight = Tape(memory=low)
+    assert same(FORMS[form](tight), reference)
+    assert tight.stats.peak_bytes <= low < full
+    assert tight.stats.recomputed_steps > 0
+    clear_grads()
+    roomy = Tape(memory=high)
+    assert same(FORMS[form](roomy), reference)
+    assert roomy.stats.recomputed_steps == 0 and roomy.stats.peak_bytes == full
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_budget_too_small_says_the_minimum(form):
+    low, _ = bounds(form)
+    memory.clear_plans()
+    clear_grads()
+    with pytest.raises(ValueError, match=f"too small .*needs at least {low} bytes"):
+        FORMS[form](Tape(memory=low - 1))
+
+
+def test_a_budget_below_one_tape_stops_measuring_at_once():
+    calls = []
+
+    def step(h):
+        calls.append(1)
+        return res_step(h)
+
+    tape = Tape(memory=100)  # less than one step's tape
+    with tape, pytest.raises(ValueError, match="step 0's tape alone holds .* at least"):
+        tape.loop(step, rm.tensor(H0, requires_grad=True), steps=12)
+    assert len(calls) == 2  # step 0 advanced once and taped once, then refused
+
+
+def test_a_loop_is_measured_over_as_many_tapes_as_fit(monkeypatch):
+    monkeypatch.setattr(memory, "Holdings", SpyHoldings)
+    tape_bytes = costs_of("loop").tape_bytes[0]
+    for fit in (1, 3, 12):
+        memory.clear_plans()
+        SpyHoldings.most = 0
+        clear_grads()
+        try:
+            run_loop(Tape(memory=fit * tape_bytes))
+        except ValueError as error:
+            assert "too small" in str(error)
+        assert SpyHoldings.most <= fit * tape_bytes
+        assert SpyHoldings.most > (fit - 1) * tape_bytes
+
+
+class SpyHoldings(memory.Holdings):
+    most = 0
+
+    def hold(self, arrays):
+        super().hold(arrays)
+        SpyHoldings.most = max(SpyHoldings.most, self.bytes)
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_measuring_holds_no_more_than_the_budget(form, monkeypatch):
+    low, _ = bounds(form)
+    costs = costs_of(form)
+    monkeypatch.setattr(memory, "Holdings", SpyHoldings)
+    for budget in (low, max(costs.tape_bytes)):  # the least plan; a budget too small to plan
+        memory.clear_plans()
+        SpyHoldings.most = 0
+        clear_grads()
+        try:
+            FORMS[form](Tape(memory=budget))
+        except ValueError as error:
+            assert budget < low and "too small" in str(error)
+        assert max(costs.tape_bytes) <= SpyHoldings.most <= budget
+        if form == "chain":  # one tape at a time, no snapshot
+            assert SpyHoldings.most == max(costs.tape_bytes)
+
+
+def test_measuring_adds_no_gradient_and_keeps_the_random_stream():
+    def noisy(h):
+        return res_step(h) + 0.01 * rm.random.normal(size=h.shape)
+
+    def run(tape):
+        rm.random.seed(3)
+        h0 = rm.tensor(H0, requires_grad=True)
+        with tape:
+            loss = (tape.loop(noisy, h0, steps=9) ** 2).sum()
+        loss.backward()
+        return [h0.grad, W.grad, V.grad], rm.random.normal(size=(2,))
+
+    clear_grads()
+    reference, after = run(rm.Tape())
+    low = schedules.minimum_bytes(costs_of("loop"))
+    clear_grads()
+    grads, after_budget = run(Tape(memory=low))
+    assert same(grads, reference)
+    assert np.array_equal(after.data, after_budget.data)
+
+
+# --- the cache --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_training_loop_measures_once(form):
+    low, _ = bounds(form)
+    memory.clear_plans()
+    reference, _ = store_all(form)
+    plans = []
+    for _ in range(3):
+        clear_grads()
+        tape = Tape(memory=low)  # a new tape per iteration, as the README advises
+        assert same(FORMS[form](tape), reference)
+        plans.append(tape.stats.plan)
+        assert tape.stats.predicted_seconds > 0 and tape.stats.seconds > 0
+        assert "predicted" in str(tape.stats) and f"plan {plans[-1]}" in str(tape.stats)
+    assert plans == ["measured", "reused", "reused"]
+
+
+def test_another_budget_shape_or_function_is_measured_again():
+    low = schedules.minimum_bytes(costs_of("loop"))
+    memory.clear_plans()
+
+    def plan(budget=low, shape=None, step=res_step):
+        tape = Tape(memory=budget)
+        h0 = rm.tensor(H0 if shape is None else rng.standard_normal(shape))
+        with tape:
+            tape.loop(step, h0, steps=12)
+        return tape.stats.plan
+
+    assert plan() == "measured" and plan() == "reused"
+    assert plan(budget=low + 8) == "measured"
+    assert plan(shape=(2, 8)) == "measured"
+    assert plan(step=lambda h: res_step(h)) == "measured"
+    assert plan() == "reused"
+
+
+def test_a_step_grown_since_it_was_measured_is_refused_by_the_executor():
+    wide = [False]
+
+    def step(h):
+        out = res_step(h)
+        if wide[0]:  # records that hold more than when the plan was measured
+            out = out + 0 * rm.tanh(rm.tensor(np.zeros((200, 8)), requires_grad=True)).sum()
+        return out
+
+    low = None
+    tape = Tape(memory=2**40)
+    with tape:
+        tape.loop(step, rm.tensor(H0), steps=12)
+    costs = memory._PLANS[next(reversed(memory._PLANS))][1]
+    low = schedules.minimum_bytes(costs)
+    tape = Tape(memory=low)
+    with tape:
+        tape.loop(step, rm.tensor(H0, requires_grad=True), steps=12)  # measured, fine
+    wide[0] = True
+    tape = Tape(memory=low)
+    with tape, pytest.raises(LoopError, match="more than its budget"):
+        tape.loop(step, rm.tensor(H0, requires_grad=True), steps=12)  # the cached plan
+
+
+# --- plans that depend on the timing ------------------------------------------------
+
+
+def fake_clock(seed):
+    """A perf_counter whose intervals are random: costs, and so plans, vary with seed."""
+    draw = np.random.default_rng(seed)
+    now = itertools.accumulate(draw.uniform(1e-4, 1e-2) for _ in itertools.count())
+    return lambda: next(now)
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_gradients_do_not_depend_on_the_measured_times(form, monkeypatch):
+    low, high = bounds(form)
+    reference, _ = store_all(form)
+    plans = set()
+    for seed in range(6):
+        monkeypatch.setattr(memory.time, "perf_counter", fake_clock(seed))
+        memory.clear_plans()
+        clear_grads()
+        tape = Tape(memory=(low + high) // 3)
+        grads = FORMS[form](tape)
+        monkeypatch.undo()
+        assert same(grads, reference)
+        assert tape.stats.peak_bytes <= (low + high) // 3
+        plans.add(tuple(memory._PLANS[next(reversed(memory._PLANS))][0]))
+    assert len(plans) > 1  # the times did change the plan, and not the gradients
+
+
+# --- long heterogeneous chains: planned over blocks ---------------------------------
+
+
+def test_a_long_heterogeneous_chain_is_planned_over_blocks(monkeypatch):
+    monkeypatch.setattr(memory, "BLOCK_LIMIT", 4)
+    costs = costs_of("chain")  # 10 steps: 4 blocks
+    starts = memory.block_starts(10, 4)
+    assert starts == [0, 2, 5, 7, 10]
+    coarse = memory.block_costs(costs, starts)
+    budget = schedules.minimum_bytes(coarse)
+    reference, _ = store_all("chain")
+    clear_grads()
+    tape = Tape(memory=budget)
+    assert same(run_chain(tape), reference)
+    assert tape.stats.schedule == "Blocks" and tape.stats.peak_bytes <= budget
+    plan, measured = tape.plans[0]
+    assert tape.stats.predicted_seconds >= schedules.simulate(plan, measured).time
+
+
+def test_the_prediction_adds_an_overhead_for_each_action_that_runs_steps():
+    costs = schedules.ChainCosts.uniform(10, 1.0, 3.0, 8, 16)
+    plan = schedules.Revolve(10, 2)
+    kinds = [type(a) for a in plan]
+    running = sum(k in (schedules.Advance, schedules.Tape, schedules.Reverse) for k in kinds)
+    assert 0 < running < len(kinds) - 2
+    base = schedules.simulate(plan, costs).time
+    assert memory.predicted_time(plan, costs) == base
+    each = dict.fromkeys((schedules.Advance, schedules.Tape, schedules.Reverse), 0.5)
+    assert memory.predicted_time(plan, costs, each) == base + 0.5 * running
+    advances = kinds.count(schedules.Advance)
+    assert memory.predicted_time(plan, costs, {schedules.Advance: 2.0}) == base + 2 * advances
+    optimal = schedules.Optimal(costs, 64)
+    assert memory.predicted_time(optimal, costs) == optimal.predicted_time
+
+
+def test_a_loop_prediction_is_the_plan_time_and_a_measured_overhead():
+    tape = Tape(memory=schedules.minimum_bytes(costs_of("loop")))
+    clear_grads()
+    run_loop(tape)
+    plan, measured = tape.plans[0]
+    assert tape.stats.predicted_seconds >= schedules.simulate(plan, measured).time
+
+
+def test_blocks_too_coarse_for_the_budget_are_refined(monkeypatch):
+    costs = costs_of("chain")
+    exact = schedules.minimum_bytes(costs)
+    coarse = schedules.minimum_bytes(memory.block_costs(costs, memory.block_starts(10, 2)))
+    assert coarse > exact
+    plan = memory.plan_optimal(costs, exact, block_limit=2)
+    sim = schedules.simulate(plan, costs)
+    assert sim.peak_bytes <= exact and sim.reversed_steps == 10
+    reference, _ = store_all("chain")
+    monkeypatch.setattr(memory, "BLOCK_LIMIT", 2)
+    memory.clear_plans()
+    clear_grads()
+    tape = Tape(memory=exact)
+    assert same(run_chain(tape), reference)
+    assert tape.stats.peak_bytes <= exact
+
+
+def test_blocks_carry_out_the_coarse_plan_on_the_steps():
+    costs = schedules.ChainCosts([1] * 7, [3] * 7, [10] * 8, [25] * 7)
+    starts = memory.block_starts(7, 3)
+    coarse = memory.block_costs(costs, starts)
+    plan = schedules.Optimal(coarse, schedules.minimum_bytes(coarse))
+    blocked = memory.Blocks(plan, starts)
+    sim = schedules.simulate(blocked, costs)
+    assert sim.reversed_steps == 7
+    assert sim.time == plan.predicted_time == blocked.predicted_time
+    assert sim.peak_bytes <= plan.predicted_peak_bytes
+
+
+def test_the_messages_name_the_form():
+    with pytest.raises(ValueError, match="tape.chain: memory=5 bytes is too small"):
+        run_chain(Tape(memory=5))
+    with pytest.raises(ValueError, match="tape.scan: memory=5 bytes is too small"):
+        run_scan(Tape(memory=5))
+
+
+def test_the_cache_keeps_the_latest_plans_only(monkeypatch):
+    monkeypatch.setattr(memory, "CACHE_SIZE", 2)
+    low = schedules.minimum_bytes(costs_of("loop"))
+    memory.clear_plans()
+
+    def plan(budget):
+        tape = Tape(memory=budget)
+        with tape:
+            tape.loop(res_step, rm.tensor(H0), steps=12)
+        return tape.stats.plan
+
+    assert [plan(low), plan(low + 8), plan(low)] == ["measured", "measured", "reused"]
+    assert plan(low + 16) == "measured"  # evicts low + 8, the least recently used
+    assert len(memory._PLANS) == 2
+    assert [plan(low), plan(low + 8)] == ["reused", "measured"]
