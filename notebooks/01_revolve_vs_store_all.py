@@ -305,6 +305,55 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
+# ## A budget in bytes
+#
+# Slots are one way to say how much memory a loop may hold; bytes are another.
+# `rm.Tape(memory="1 MiB")` measures the loop (the bytes of a state and of a step's
+# tape, the time of an untaped and of a taped step), plans the fastest schedule that
+# holds at most that many bytes (`remat.schedules.Optimal`: a slot may hold a state or
+# a whole step tape) and runs it. Beside it, at the same byte budgets: revolve and
+# mixed checkpointing with as many slots as fit. Each point is measured (median of
+# three runs) and predicted by the plan; every run stays within its budget and gives
+# store-all's gradients bit for bit.
+
+# %%
+from remat import memory as budget_planner  # noqa: E402  (the plan cache, to start afresh)
+
+wl = make_workload("resmlp", steps=200)
+reference = wl.loss_and_gradients(rm.Tape())[1]
+BUDGETS = [0.2, 0.35, 0.6, 1.0, 1.8]  # MiB
+curve = {name: [] for name in ("revolve", "mixed", "optimal")}
+budget_planner.clear_plans()
+for mib in BUDGETS:
+    for name in curve:
+        runs = []
+        for _ in range(4):  # the first run measures and plans; the next three are timed
+            tape = rm.Tape(memory=int(mib * MiB), schedule=None if name == "optimal" else name)
+            grads = make_workload("resmlp", steps=200).loss_and_gradients(tape)[1]
+            assert all(np.array_equal(g, r) for g, r in zip(grads, reference))
+            assert tape.stats.peak_bytes <= int(mib * MiB)
+            runs.append(tape.stats)
+        timed = sorted(st.seconds for st in runs[1:])[1]
+        curve[name].append((mib, timed, runs[-1].predicted_seconds, runs[-1].forward_steps))
+print("MiB    " + "".join(f"{name:>24}" for name in curve))
+for k, mib in enumerate(BUDGETS):
+    cells = "".join(f"{curve[n][k][1] * 1e3:>9.1f} ms ({curve[n][k][3]:>4} ev)" for n in curve)
+    print(f"{mib:<6} {cells}")
+
+fig, ax = plt.subplots(figsize=(7, 3.5))
+for name, color in (("revolve", "tab:red"), ("mixed", "tab:green"), ("optimal", "tab:blue")):
+    pts = curve[name]
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=f"{name}, measured")
+    ax.plot([p[0] for p in pts], [p[2] for p in pts], "x--", color=color, alpha=0.6,
+            label=f"{name}, predicted")
+ax.set_xscale("log")
+ax.set_xlabel("memory budget (MiB, log)")
+ax.set_ylabel("forward + backward (s)")
+ax.legend(fontsize=7, frameon=False, ncol=2)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
 # ## Summary
 #
 # One argument, `rm.Tape(snapshots=S)`, turns a loop whose tape grows with `n` into
