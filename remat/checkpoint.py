@@ -37,14 +37,16 @@ from .functional import forward_sweep
 from .ops.core import Op
 from .pytree import flatten, unflatten
 from .tape import (
+    FORWARD_MODE,
     GRAD_ENABLED,
     OPEN_TAPE,
     STEP,
     BackwardError,
+    EscapeError,
     StepValue,
     enable_grad,
     next_sequence,
-    no_grad,
+    untaped,
 )
 from .tensor import Tensor
 
@@ -77,12 +79,12 @@ def checkpoint(f=None, policy=None):
     def checkpointed(*args, **kwargs):
         if not GRAD_ENABLED.get():
             return f(*args, **kwargs)
-        arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments")
+        arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments", copy_arrays=True)
         rng = backend.random_state()
         context = STEP.get()
         token = STEP.set(StepValue(name, None, context))  # what f makes is f's own
         try:
-            with no_grad():
+            with untaped():  # unlike no_grad, what f makes keeps f's marker
                 out = f(*args, **kwargs)
             out_arrays, _, out_tree = leaves_of(out, f"{name}: its result", True)
         finally:
@@ -206,7 +208,14 @@ def _checkpoint_backward(record, g, sweep):
         return
     if not sweep.retain_graph:
         record.release()  # the inputs go once they are used (unless retained)
-    step_tape = call.recompute(nodes)
+    try:
+        step_tape = call.recompute(nodes)
+    except (BackwardError, EscapeError, ReplayError):
+        raise
+    except Exception as error:
+        raise BackwardError(
+            f"{call.name} raised {type(error).__name__} while being recomputed in backward: {error}"
+        ) from error
     grads = reverse_step(sweep, step_tape, g.parts)
     for node, gi in zip(nodes, grads):
         if node and gi is not None:
@@ -217,7 +226,11 @@ def _checkpoint_tangent(record, tangents):
     """Forward mode: f recomputed on the stored inputs, carrying their tangents (and
     those of the values f closes over, already in ``tangents``)."""
     call, nodes = record.args[0], record.parents
-    step_tape, records = call.recompute(nodes, keep_records=True)
+    token = FORWARD_MODE.set(True)  # chains inside f keep x_0 to run again with tangents
+    try:
+        step_tape, records = call.recompute(nodes, keep_records=True)
+    finally:
+        FORWARD_MODE.reset(token)
     seeds = dict(tangents)
     for node, stand_in in zip(nodes, step_tape.inputs):
         t = tangents.get(id(node)) if node else None

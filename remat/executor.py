@@ -220,7 +220,7 @@ class Spec:
         return None
 
 
-def leaves_of(tree, where, tensors_only=False):
+def leaves_of(tree, where, tensors_only=False, copy_arrays=False):
     """(leaf arrays, their nodes or None, TreeDef) of a state; refuses escaped values,
     and with ``tensors_only`` arrays (what a step returns must be Tensors: an array
     there would silently cut the gradient)."""
@@ -241,8 +241,8 @@ def leaves_of(tree, where, tensors_only=False):
                 node = None
             arrays.append(v._data)
             nodes.append(node)
-        else:
-            arrays.append(v)
+        else:  # the caller's array: copied when kept, so later changes cannot reach it
+            arrays.append(backend.copy(v) if copy_arrays else v)
             nodes.append(None)
     return tuple(arrays), tuple(nodes), treedef
 
@@ -301,11 +301,12 @@ class StepSweep(Sweep):
             self.input_grads[k] = self.input_grads[k] + g
 
 
-def tape_call(call):
+def tape_call(call, check_replay=True):
     """Run ``call()`` recording on a tape of its own, and mark its records StepRecords
     (a sweep other than this step's refuses them); returns (what it returned, the
     first and one past the last sequence numbers it took, its records)."""
-    recorder = Recorder()
+    recorder = Recorder(forwards=False)
+    recorder.check_replay = check_replay  # what a checkpoint inside the step reads
     floor = next_sequence()
     with recorder, enable_grad():
         result = call()
@@ -475,6 +476,7 @@ class ChainRun:
         self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
         self.context = STEP.get()  # the step this chain runs inside, if any: its values may be used
         # store-all never evaluates a step twice: nothing to compare
+        self.check_replay = tape.check_replay
         self.check_values = tape.check_replay and not isinstance(schedule, schedules.StoreAll)
         self.full = tape.check_replay == "full"
         self.chain = chain
@@ -547,8 +549,9 @@ class ChainRun:
             return Tensor._stand_in(a) if wanted else Tensor._from_record(a, marker)
 
         state_in = [stand_in(a, taped and backend.is_floating(a.dtype)) for a in arrays]
-        x_in = [
-            stand_in(a[i], taped and node is not None) for a, node in zip(chain.xs, chain.xs_nodes)
+        x_in = [  # a[i, ...]: a 0-d array, not a NumPy scalar, for 1-D xs
+            stand_in(a[i, ...], taped and node is not None)
+            for a, node in zip(chain.xs, chain.xs_nodes)
         ]
         nodes = [t.node for t in state_in + x_in]  # now: the step may rebind its inputs (x += 1)
         token = STEP.set(marker)
@@ -659,7 +662,8 @@ class ChainRun:
         self.expect_position(action, action.start)
         arrays, rng = self.current
         backend.set_random_state(rng)
-        spill = Recorder()  # what a step records under enable_grad is still the step's
+        spill = Recorder(forwards=False)  # what a step records under enable_grad: the step's
+        spill.check_replay = self.check_replay
         with spill, untaped():
             for i in range(action.start, action.stop):
                 arrays = self.call_step(i, arrays, taped=False)[0]
@@ -674,7 +678,7 @@ class ChainRun:
         backend.set_random_state(rng)
         for i in range(action.start, action.stop):
             (arrays, inputs, outputs), floor, stop, records = tape_call(
-                lambda: self.call_step(i, arrays, taped=True)
+                lambda: self.call_step(i, arrays, taped=True), self.check_replay
             )
             saved = saved_by(records, floor, inputs)
             self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
@@ -772,6 +776,9 @@ class ChainRun:
             for k, g in enumerate(grads[width:]):
                 if g is not None:
                     buffer = self.xs_grads[k]
+                    if buffer is None:  # in the cotangents' dtype: the leaf casts once, at the end
+                        xs = chain.xs[k]
+                        buffer = self.xs_grads[k] = backend.zeros(xs.shape, g.dtype, like=xs)
                     buffer[i] += g if g.shape == buffer.shape[1:] else g.reshape(buffer.shape[1:])
             self.held.release(step_tape.saved)
         self.position = None
@@ -812,14 +819,14 @@ class ChainRun:
     def backward(self, cotangent, sweep):
         """Carry out the rest of the schedule, from the outputs' cotangents back to x_0."""
         self.outer_sweep = sweep
-        n, final = self.stats.steps, self.spec_at(self.stats.steps)
+        final = self.spec_at(self.stats.steps)
         width = len(final.shapes)
         self.cotangent = [
             g if g is not None else backend.zeros(s, d, like=self.current[0][k])
             for k, (g, s, d) in enumerate(zip(cotangent.parts[:width], final.shapes, final.dtypes))
         ]
         self.ys_cotangent = cotangent.parts[width:]
-        self.xs_grads = [backend.zeros((n, *a.shape[1:]), a.dtype, like=a) for a in self.chain.xs]
+        self.xs_grads = [None] * len(self.chain.xs)  # made when a cotangent arrives
         rng_after_forward = backend.random_state()
         start = time.perf_counter()
         try:
@@ -839,9 +846,11 @@ class ChainRun:
             for k, node in enumerate(self.x0_nodes):
                 if node is not None:
                     sweep.add(node, self.cotangent[k])
-            for node, g in zip(self.chain.xs_nodes, self.xs_grads):
+            for node, g, xs in zip(self.chain.xs_nodes, self.xs_grads, self.chain.xs):
                 if node is not None:
-                    sweep.add(node, g)
+                    sweep.add(
+                        node, g if g is not None else backend.zeros(xs.shape, xs.dtype, like=xs)
+                    )
         finally:
             self.stats.seconds += time.perf_counter() - start
             backend.set_random_state(rng_after_forward)
@@ -920,7 +929,7 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
     The chain is one record on the open tape (when gradients are on); its
     backward runs the rest of the schedule.
     """
-    x0, x0_nodes, tree0 = leaves_of(state, "the initial state")
+    x0, x0_nodes, tree0 = leaves_of(state, "the initial state", copy_arrays=True)
     for k, a in enumerate(x0):
         if backend.is_complex(a.dtype):
             raise TypeError(

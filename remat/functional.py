@@ -137,13 +137,13 @@ def _requires_grad(tree):
     return any(isinstance(v, Tensor) and v.node for v in flatten(tree, _is_value)[0])
 
 
-def _target(n, a, nested):
+def _target(n, a, nested, where="rm.grad"):
     """The Tensor that stands for leaf ``a`` of argument ``n`` while f runs."""
     if nested and isinstance(a, Tensor) and a.node:
         return identity(a)  # stands for a, and stays connected to a's graph
     data = backend.asarray(a._data if isinstance(a, Tensor) else a)
     if not backend.is_floating(data.dtype):
-        raise DTypeError(f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats")
+        raise DTypeError(f"{where}: argument {n} has dtype {data.dtype}; gradients need floats")
     return Tensor._stand_in(data)
 
 
@@ -236,7 +236,7 @@ def jvp(f, primals, tangents):
     seeds = {}
     inputs = []
     for k, (p, t) in enumerate(zip(leaves, tangent_leaves)):
-        leaf = _target(k, p.detach() if isinstance(p, Tensor) else p, nested=False)
+        leaf = _target(k, p.detach() if isinstance(p, Tensor) else p, False, "rm.jvp")
         t = backend.asarray(t._data if isinstance(t, Tensor) else t)
         if t.shape != leaf.shape:
             raise ValueError(
@@ -277,12 +277,12 @@ def forward_sweep(records, seeds):
         if parents is None:
             continue
         op = record.op
+        if op.custom_tangent is not None:  # a chain or checkpoint: its outputs' tangents,
+            tangents[id(record)] = op.custom_tangent(record, tangents)  # closed-over ones too
+            continue
         incoming = [(i, tangents.get(id(node))) for i, node in enumerate(parents) if node]
         incoming = [(i, t) for i, t in incoming if t is not None]
         if not incoming:
-            continue
-        if op.custom_tangent is not None:  # a multi-output record: its outputs' tangents
-            tangents[id(record)] = op.custom_tangent(record, tangents)
             continue
         if op.jvps is None:
             raise NotImplementedError(

@@ -25,13 +25,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TreeDef:
-    """The shape of a pytree without its leaves: compare two with ``==``."""
+    """The shape of a pytree without its leaves: compare two with ``==``.
+
+    Two dicts with the same keys in another insertion order have equal
+    TreeDefs (their leaves flatten alike); a static value that is not equal to
+    itself (NaN) compares by identity.
+    """
 
     kind: object  # "leaf", "static", or the container type (tuple subclass, list, dict)
     children: tuple = ()  # TreeDefs of the children (dict: in sorted key order)
     meta: object = None  # dict: its keys in their own order; static: the value
+
+    def _key(self):
+        if self.kind is dict:
+            return (dict, self.children, tuple(sorted(self.meta, key=_sort_key)))
+        return (self.kind, self.children)
+
+    def __eq__(self, other):
+        if not isinstance(other, TreeDef) or self._key() != other._key():
+            return False
+        if self.kind != "static":
+            return True
+        a, b = self.meta, other.meta
+        return a is b or bool(a == b) or (a != a and b != b)  # NaN is NaN here
+
+    def __hash__(self):
+        return hash(self._key())
 
     @property
     def leaves(self) -> int:

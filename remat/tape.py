@@ -53,6 +53,7 @@ OPEN_TAPE = ContextVar("remat_open_tape", default=None)
 GRAD_DEPTH = ContextVar("remat_grad_depth", default=0)
 STEP = ContextVar("remat_step", default=None)
 FORWARD_MODE = ContextVar("remat_forward_mode", default=False)  # inside rm.jvp's recording
+_TAPE_START = ContextVar("remat_tape_start", default=0)  # records an open tape had before
 
 
 def grad_enabled() -> bool:
@@ -276,15 +277,25 @@ class Recorder:
     open only in the thread (and context) that entered it.
     """
 
-    def __init__(self):
+    def __init__(self, forwards=True):
         self.records = []
+        # A tape opened inside another lists its records there too (so that rm.jvp
+        # sees what a `with rm.Tape()` inside f records); the executor's own
+        # per-step recorders do not (the records of steps stay the steps').
+        self.forwards = forwards
 
     def __enter__(self):
+        push_value(_TAPE_START, len(self.records))
         push_value(OPEN_TAPE, self)
         return self
 
     def __exit__(self, *exc):
+        outer = _SAVED.get()[-1][1]  # the tape that was open around this one
         pop_value(OPEN_TAPE)
+        start = _TAPE_START.get()
+        pop_value(_TAPE_START)
+        if self.forwards and outer is not None and outer is not self:
+            outer.records.extend(self.records[start:])
         return False
 
     def saved_bytes(self) -> int:

@@ -21,6 +21,7 @@ HEADERS = {
     "online": ["| n | s | offline optimum T(n, s) | remat Online |"],
     "logn": ["| n | s = ceil(log2 n) | forward_steps / n |"],
     "depth": ["| contender | depth L | s (fwd+bwd) | time vs smallest depth |"],
+    "replay": ["| schedule | check_replay=True ms | False ms | ratio |"],
     "memory": [
         "| width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
         "| width | budget MiB | optimal s | revolve slots | revolve s |",
