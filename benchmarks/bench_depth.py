@@ -11,12 +11,12 @@ A network of L layers whose weights sit in one ``(L, D, D)`` Tensor ``Ws``:
 Both store every step (``rm.Tape()``), so that the time measures the
 backward's cost per layer and not a schedule's recomputation (which grows
 faster than L under a fixed budget); they must give the same gradient.
-Times are forward + backward, medians of repeats, one BLAS thread; the last
+Times are forward + backward, medians of 5 interleaved repeats, one BLAS thread; the last
 column is each time over the time at the smallest depth, against the depth
 ratio (linear would be 1, 2, 4, 8).
 """
 
-from benchmarks.common import environment, median_time, table  # noqa: I001
+from benchmarks.common import environment, side_by_side, table  # noqa: I001
 
 import numpy as np
 
@@ -55,9 +55,14 @@ def run(quick=False):
     for depth in depths:
         ws0, h0 = weights(depth)
         assert np.array_equal(by_indexing(ws0, h0), by_scan(ws0, h0))
-        repeats = 5
-        for name, fn in (("indexing ws[t]", by_indexing), ("tape.scan", by_scan)):
-            seconds = median_time(lambda fn=fn: fn(ws0, h0), repeats=repeats, warmup=1)
+        medians = side_by_side(  # interleaved, so drift hits both alike
+            {
+                "indexing ws[t]": lambda: by_indexing(ws0, h0),
+                "tape.scan": lambda: by_scan(ws0, h0),
+            },
+            repeats=5,
+        )
+        for name, seconds in medians.items():
             base.setdefault(name, (depth, seconds))
             d0, t0 = base[name]
             rows.append(

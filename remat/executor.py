@@ -42,7 +42,6 @@ from .pytree import flatten, unflatten
 from .tape import (
     FORWARD_MODE,
     GRAD_ENABLED,
-    OPEN_TAPE,
     STEP,
     BackwardError,
     EscapeError,
@@ -587,10 +586,7 @@ class ChainRun:
             if self.check_values:
                 self.first.append(backend.replay_fingerprint(data))
         elif taped and self.check_values and backend.replay_fingerprint(data) != self.first[i]:
-            raise ReplayError(
-                f"{self.chain.name(i)} was recomputed from its stored input and returned "
-                f"different values (the same shape and dtype) than its first run. {REPLAY_CAUSES}"
-            )
+            raise self.replay_error(i, "different values (the same shape and dtype)")
 
     def spec_at(self, i):
         """The Spec of x_i (a loop's and a scan's states all have x_0's)."""
@@ -644,10 +640,13 @@ class ChainRun:
         ):
             wrong = "different values (the same structure, shapes and dtypes)"
         if wrong is not None:
-            raise ReplayError(
-                f"{self.chain.name(i)} was recomputed from its stored input and returned "
-                f"{wrong} than its first run. {REPLAY_CAUSES}"
-            )
+            raise self.replay_error(i, wrong)
+
+    def replay_error(self, i, wrong):
+        return ReplayError(
+            f"{self.chain.name(i)} was recomputed from its stored input and returned "
+            f"{wrong} than its first run. {REPLAY_CAUSES}"
+        )
 
     def expect_position(self, action, index):
         if self.position != index:
@@ -955,15 +954,9 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
     else:
         # Recorded even when nothing in x_0 needs a gradient: a step may use a
         # parameter in steps that were not taped in the forward sweep.
-        shapes = tuple(a.shape for a in arrays)
-        open_tape = OPEN_TAPE.get()
-        if open_tape is None or open_tape is tape:
-            with tape:
-                outputs = outputs_of(CHAIN, (run,), parents, arrays, shapes)
-        else:  # the open recorder (a step being taped, say) keeps them; the tape lists them
-            count = len(open_tape.records)
-            outputs = outputs_of(CHAIN, (run,), parents, arrays, shapes)
-            tape.records.extend(open_tape.records[count:])
+        # (A recorder open around the tape, a step's say, lists these records too.)
+        with tape:
+            outputs = outputs_of(CHAIN, (run,), parents, arrays, tuple(a.shape for a in arrays))
     width = len(final)
     new_state = unflatten(final_spec.tree, outputs[:width])
     ys_out = unflatten(y_tree, outputs[width:]) if y_tree is not None else None
