@@ -13,7 +13,7 @@ from . import guard, optim, pytree, random, schedules
 from .backend import DeviceError, cuda_available
 from .budget import Tape
 from .checkpoint import checkpoint
-from .creation import arange, eye, full, ones, ones_like, zeros, zeros_like
+from .creation import arange, eye, full, one_hot, ones, ones_like, zeros, zeros_like
 from .executor import LoopError, LoopStats, ReplayError, StepOutputError
 from .functional import GradcheckError, grad, gradcheck, hvp, jvp, value_and_grad
 from .ops import (
@@ -28,9 +28,12 @@ from .ops import (
     clip,
     concatenate,
     cos,
+    cross_entropy,
     divide,
     einsum,
     exp,
+    gelu,
+    layer_norm,
     log,
     log_softmax,
     logsumexp,

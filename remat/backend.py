@@ -283,7 +283,8 @@ class ArrayNamespace:
     """
 
     NAMES = (
-        "sin cos exp log sqrt sign sum reshape broadcast_to where matmul swapaxes transpose einsum"
+        "sin cos exp log sqrt tanh sign sum reshape broadcast_to where matmul swapaxes transpose "
+        "einsum"
     ).split()
 
     def __init__(self, module):
@@ -376,5 +377,26 @@ def default_rng(seed):
 
 
 def one_hot(indices, depth, dtype=np.float64):
-    """One-hot encoding along a new last axis."""
-    return np.eye(depth, dtype=dtype)[indices]
+    """One-hot encoding along a new last axis (on the device of ``indices``)."""
+    return namespace(indices).eye(depth, dtype=dtype)[indices]
+
+
+def label_range(labels):
+    """(smallest, largest) label of a non-empty integer array, as Python ints."""
+    return int(labels.min()), int(labels.max())
+
+
+def index_along(labels, axis):
+    """The index that picks ``x[..., labels[...], ...]`` with the labels at ``axis``.
+
+    For ``x`` of shape ``labels.shape[:axis] + (C,) + labels.shape[axis:]``,
+    ``x[index_along(labels, axis)]`` has the shape of ``labels``: an open grid
+    (``numpy.ogrid``) over the other axes, with ``labels`` put in at ``axis``.
+    """
+    module = namespace(labels)
+    ndim = labels.ndim
+    grid = [
+        module.arange(n).reshape((1,) * k + (n,) + (1,) * (ndim - k - 1))
+        for k, n in enumerate(labels.shape)
+    ]
+    return tuple(grid[:axis]) + (labels.copy(),) + tuple(grid[axis:])

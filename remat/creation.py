@@ -1,4 +1,5 @@
-"""Creation functions: new tensors filled with zeros, ones, a value, a range, an identity.
+"""Creation functions: new tensors filled with zeros, ones, a value, a range, an identity,
+and the one-hot encoding of integer labels.
 
 They follow NumPy's arguments (``rm.zeros((2, 3))``, ``rm.arange(0, 1, 0.25)``,
 ``rm.eye(3, k=1)``) and add two of remat's own: ``device`` ("cpu" or "cuda")
@@ -161,3 +162,35 @@ def eye(N, M=None, k=0, dtype=float64, device="cpu", requires_grad=False) -> Ten
     """
     xp = backend.array_module(device)
     return _made(xp.eye(N, M, k, dtype=dtype), requires_grad)
+
+
+def one_hot(indices, depth, dtype=float64) -> Tensor:
+    """``indices`` (integers in [0, depth)) encoded along a new last axis: a constant
+    of shape ``indices.shape + (depth,)`` with a 1 at each index and 0 elsewhere.
+
+    Not an op on the tape: an integer index has no gradient, so the result is
+    a new constant (on the device of ``indices``).  A negative or too large
+    index is refused rather than wrapped around.
+
+    >>> import remat as rm
+    >>> rm.one_hot([2, 0], 3)
+    tensor([[0., 0., 1.],
+           [1., 0., 0.]])
+    """
+    if isinstance(indices, Tensor):
+        indices = indices._data
+    elif not backend.is_array(indices):
+        indices = backend.asarray(indices)
+    depth = operator.index(depth)
+    if not backend.is_integer(indices.dtype):
+        raise TypeError(f"rm.one_hot: indices must be integers, got dtype {indices.dtype}")
+    if depth < 1:
+        raise ValueError(f"rm.one_hot: depth must be at least 1, got {depth}")
+    if indices.size:
+        low, high = backend.label_range(indices)
+        if low < 0 or high >= depth:
+            raise ValueError(
+                f"rm.one_hot: index {low if low < 0 else high} is out of range for depth "
+                f"{depth}: indices must be in [0, {depth - 1}]"
+            )
+    return Tensor._wrap(backend.one_hot(indices, depth, dtype))

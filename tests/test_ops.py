@@ -57,6 +57,8 @@ CASES = {
     "relu": (rm.relu, [distinct(3, 4)]),
     "softmax": (lambda x: rm.softmax(x, axis=0), [r(3, 4)]),
     "log_softmax": (rm.log_softmax, [r(3, 4) * 5]),
+    "gelu": (rm.gelu, [r(3, 4) * 2]),
+    "layer_norm": (lambda x, w, b: rm.layer_norm(x, w, b), [r(3, 4), r(4), r(4)]),
     "matmul": (rm.matmul, [r(2, 3, 4), r(4, 5)]),
     "einsum": (lambda a, b: rm.einsum("ij,jk->ki", a, b), [r(3, 4), r(4, 2)]),
     "reshape": (lambda x: rm.reshape(x, (2, 6)), [r(3, 4)]),

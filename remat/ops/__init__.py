@@ -29,7 +29,7 @@ from .elementwise import (
 )
 from .index import getitem, scatter_add
 from .linalg import einsum, matmul
-from .nn import log_softmax, relu, sigmoid, softmax
+from .nn import cross_entropy, gelu, layer_norm, log_softmax, relu, sigmoid, softmax
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .shape import (
     astype,
@@ -57,6 +57,7 @@ TENSOR_NAMESPACE = SimpleNamespace(
     exp=exp,
     log=log,
     sqrt=sqrt,
+    tanh=tanh,
     sign=sign,
     sum=sum,
     reshape=reshape,

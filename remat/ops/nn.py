@@ -1,11 +1,31 @@
-"""Neural-network primitives: activations and normalised exponentials.
+"""Neural-network primitives and helpers: activations, normalisation, the loss.
 
-Each is one primitive with a hand-written VJP, rather than a composition of
-smaller ops: fewer records on the tape, and numerically stable forms.
+Most are one primitive with a hand-written VJP, rather than a composition of
+smaller ops: fewer records on the tape, numerically stable forms, and less
+memory, since a composition keeps what each of its small ops saves (see
+:func:`gelu` and :func:`layer_norm`).  :func:`cross_entropy` is a composition
+of primitives: as one primitive it would save as much and run no faster.
 """
 
-from .core import SELF_ADJOINT, as_tensor, check_axis, defop, make_unary, unary, xp
-from .reduce import _logsumexp
+import math
+
+from .. import backend
+from .core import (
+    SELF_ADJOINT,
+    ShapeError,
+    Tensor,
+    apply,
+    as_tensor,
+    check_axis,
+    constant_of,
+    defop,
+    make_unary,
+    unary,
+    xp,
+)
+from .index import getitem
+from .reduce import _logsumexp, mean
+from .reduce import sum as _sum
 
 
 def _sigmoid(x):
@@ -65,3 +85,218 @@ def log_softmax(x, axis=-1):
     """x - logsumexp(x) along ``axis``."""
     x = as_tensor(x)
     return unary(LOG_SOFTMAX, x, axis=check_axis("log_softmax", axis, x.ndim))
+
+
+# --- GELU ---------------------------------------------------------------------------
+_GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + xp.tanh(_GELU_C * (x + _GELU_A * x * x * x)))
+
+
+def _gelu_vjp(ns, g, ans, x):
+    x2 = x * x
+    t = ns.tanh(_GELU_C * (x + _GELU_A * x2 * x))
+    slope = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (_GELU_C * (1.0 + 3.0 * _GELU_A * x2))
+    return g * slope
+
+
+GELU = defop("gelu", _gelu, _gelu_vjp, needs=("0",), jvps=SELF_ADJOINT)
+
+gelu = make_unary(
+    GELU,
+    doc="""The GELU activation in its tanh form (GPT-2's; PyTorch's ``approximate="tanh"``):
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))``, elementwise.
+
+    One primitive, not a composition: its record saves only ``x`` and the
+    backward computes the tanh again, where the eight small ops of the formula
+    would save five arrays of x's size between them.
+
+    >>> import remat as rm
+    >>> rm.gelu(rm.tensor([-1.0, 0.0, 2.0]))
+    tensor([-0.15880801,  0.        ,  1.95459769])
+    """,
+)
+
+
+# --- layer normalisation --------------------------------------------------------------
+def _count(x, axes):
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    return n
+
+
+def _normalized(ns, x, axes, eps):
+    """(x - mean) / sqrt(var + eps) over ``axes``, and 1 / sqrt(var + eps)."""
+    n = _count(x, axes)
+    centred = x - ns.sum(x, axis=axes, keepdims=True) / n
+    rstd = 1.0 / ns.sqrt(ns.sum(centred * centred, axis=axes, keepdims=True) / n + eps)
+    return centred * rstd, rstd
+
+
+def _layer_norm(x, weight, bias, axes, eps):
+    out, _ = _normalized(backend.ARRAY_NAMESPACE, x, axes, eps)
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def _normalized_jacobian(ns, x, v, axes, eps):
+    """J v for the Jacobian J of x -> (x - mean) / std (over ``axes``); J is symmetric."""
+    xhat, rstd = _normalized(ns, x, axes, eps)
+    n = _count(x, axes)
+    mean_v = ns.sum(v, axis=axes, keepdims=True) / n
+    mean_vx = ns.sum(v * xhat, axis=axes, keepdims=True) / n
+    return rstd * (v - mean_v - xhat * mean_vx)
+
+
+def _layer_norm_vjp_x(ns, g, ans, x, weight, bias, axes, eps):
+    return _normalized_jacobian(ns, x, g if weight is None else g * weight, axes, eps)
+
+
+def _layer_norm_vjp_weight(ns, g, ans, x, weight, bias, axes, eps):
+    return g * _normalized(ns, x, axes, eps)[0]  # the tape sums it to weight's shape
+
+
+def _layer_norm_jvp_x(ns, t, ans, x, weight, bias, axes, eps):
+    out = _normalized_jacobian(ns, x, t, axes, eps)
+    return out if weight is None else out * weight
+
+
+LAYER_NORM = defop(
+    "layer_norm",
+    _layer_norm,
+    _layer_norm_vjp_x,
+    _layer_norm_vjp_weight,
+    lambda ns, g, ans, x, weight, bias, axes, eps: g,
+    needs=("01", "0", ""),
+    jvps=(
+        _layer_norm_jvp_x,
+        _layer_norm_vjp_weight,  # t * xhat: the same product, with t for g
+        lambda ns, t, ans, x, weight, bias, axes, eps: t,
+    ),
+)
+
+
+def layer_norm(x, weight=None, bias=None, axis=-1, eps=1e-5):
+    """Layer normalisation: ``(x - mean) / sqrt(var + eps) * weight + bias``, the mean
+    and (biased) variance taken over ``axis`` (an int or a tuple of axes).
+
+    ``weight`` and ``bias`` (None: leave out) must broadcast to ``x``'s shape,
+    e.g. shape ``(d,)`` for ``axis=-1``.  One primitive, not a composition: its
+    record saves ``x`` and ``weight`` only and the backward normalises again,
+    where the nine small ops of the formula would keep four arrays of x's size.
+
+    >>> import remat as rm
+    >>> y = rm.layer_norm(rm.tensor([[1.0, 2.0, 3.0]]), bias=rm.tensor([0.0, 0.0, 1.0]))
+    >>> y.numpy().round(4)
+    array([[-1.2247,  0.    ,  2.2247]])
+    """
+    x = as_tensor(x)
+    if isinstance(axis, tuple):
+        axes = tuple(sorted({check_axis("layer_norm", a, x.ndim) for a in axis}))
+    else:
+        axes = (check_axis("layer_norm", axis, x.ndim),)
+    inputs = [x]
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None:
+            value = as_tensor(value)
+            try:
+                fits = xp.broadcast_shapes(value.shape, x.shape) == x.shape
+            except ValueError:
+                fits = False
+            if not fits:
+                raise ShapeError(
+                    f"layer_norm: {name} of shape {value.shape} does not broadcast to the input's "
+                    f"shape {x.shape} (for axis={axis}, give it shape "
+                    f"{tuple(x.shape[a] for a in range(axes[0], x.ndim))})"
+                )
+        inputs.append(value)
+    return apply(LAYER_NORM, inputs, {"axes": axes, "eps": eps})
+
+
+# --- the loss -------------------------------------------------------------------------
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def cross_entropy(logits, labels, axis=-1, reduction="mean"):
+    """The cross-entropy of ``softmax(logits)`` against ``labels``, along ``axis``.
+
+    ``labels`` are either integer classes, one per position (``logits.shape``
+    without ``axis``), or probabilities with ``logits``' own shape.  The
+    losses per position are averaged (``reduction="mean"``), added up
+    (``"sum"``) or returned as they are (``"none"``).
+
+    A composition of primitives, ``-log_softmax(logits)`` picked at the labels
+    by indexing (or weighted by the probabilities) and reduced: its records
+    keep the log-probabilities and the labels' index, the same as one fused
+    primitive would (the logits or the probabilities), and its backward does
+    the same arithmetic, so a primitive would buy nothing.
+
+    >>> import numpy as np, remat as rm
+    >>> logits = rm.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]], requires_grad=True)
+    >>> loss = rm.cross_entropy(logits, np.array([0, 2]))
+    >>> round(loss.item(), 4)  # (-log(e^2 / (e^2 + 2)) - log(1/3)) / 2
+    0.6691
+    >>> loss.backward()
+    >>> logits.grad.round(3)  # (softmax - one_hot) / 2
+    array([[-0.107,  0.053,  0.053],
+           [ 0.167,  0.167, -0.333]])
+    """
+    logits = as_tensor(logits)
+    if reduction not in REDUCTIONS:
+        raise ValueError(
+            f"cross_entropy: reduction={reduction!r}; choose one of {', '.join(REDUCTIONS)}"
+        )
+    axis = check_axis("cross_entropy", axis, logits.ndim)
+    log_p = log_softmax(logits, axis=axis)
+    if isinstance(labels, Tensor) and labels.requires_grad:  # probabilities with a gradient
+        return _reduced(-_sum(log_p * _probabilities(labels, logits), axis=axis), reduction)
+    labels = constant_of("cross_entropy", labels)
+    if not backend.is_array(labels):
+        labels = backend.asarray(labels)
+    if backend.is_integer(labels.dtype):
+        want = logits.shape[:axis] + logits.shape[axis + 1 :]
+        if labels.shape != want:
+            raise ShapeError(
+                f"cross_entropy: integer labels of shape {labels.shape} for logits of shape "
+                f"{logits.shape} along axis {axis}: the labels need shape {want}"
+            )
+        classes = logits.shape[axis]
+        if labels.size:
+            low, high = backend.label_range(labels)
+            if low < 0 or high >= classes:
+                bad = low if low < 0 else high
+                raise ValueError(
+                    f"cross_entropy: label {bad} is out of range: the logits have {classes} "
+                    f"classes along axis {axis}, so labels must be in [0, {classes - 1}]"
+                )
+        losses = -getitem(log_p, backend.index_along(labels, axis))
+    elif backend.is_floating(labels.dtype):
+        losses = -_sum(log_p * _probabilities(labels, logits), axis=axis)
+    else:
+        raise TypeError(
+            f"cross_entropy: labels of dtype {labels.dtype}; give integer classes or "
+            "floating-point probabilities"
+        )
+    return _reduced(losses, reduction)
+
+
+def _probabilities(labels, logits):
+    if labels.shape != logits.shape:
+        raise ShapeError(
+            f"cross_entropy: probabilities of shape {labels.shape} for logits of shape "
+            f"{logits.shape}: they need the logits' shape (or give integer class labels)"
+        )
+    return labels
+
+
+def _reduced(losses, reduction):
+    if reduction == "none":
+        return losses
+    return mean(losses) if reduction == "mean" else _sum(losses)
