@@ -381,6 +381,11 @@ def one_hot(indices, depth, dtype=np.float64):
     return namespace(indices).eye(depth, dtype=dtype)[indices]
 
 
+def causal_mask(n, dtype):
+    """(n, n): 0 where a query may look (keys at or before it), -inf above the diagonal."""
+    return np.triu(np.full((n, n), -np.inf, dtype=dtype), k=1)
+
+
 def label_range(labels):
     """(smallest, largest) label of a non-empty integer array, as Python ints."""
     return int(labels.min()), int(labels.max())

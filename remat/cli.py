@@ -17,6 +17,11 @@ each measured (the chain's own forward and backward, median of the repeats)
 beside what the plan predicts from the measured costs, with the bytes held
 (never above the budget) and the gradients' difference from store_all's.
 
+``remat compare --workload transformer`` compares ways of checkpointing a
+chain of blocks instead (:mod:`remat.blockwise`): no checkpointing,
+``rm.checkpoint`` around every block, and revolve over the blocks, with the
+memory, time, blocks evaluated again and gradient agreement of each.
+
 ``remat schedule`` prints a schedule's actions and totals and can draw it.
 
 Both take ``--format table|csv|json``; json carries every figure measured plus
@@ -37,7 +42,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from . import __version__, backend
+from . import __version__, backend, blockwise
 from . import memory as M
 from . import schedules as S
 from .budget import Tape
@@ -47,6 +52,9 @@ COMPARED = ("store_all", "sqrt", "revolve", "online")
 CURVE = ("revolve", "mixed", "optimal")  # remat compare --memory: one curve each
 FORMATS = ("table", "csv", "json")
 MiB = 2**20
+BLOCKWISE = ("transformer",)  # chains of blocks: compared by remat.blockwise
+DEFAULTS = dict(steps=200, snapshots=8)  # --steps and --snapshots, unless below
+BLOCKWISE_DEFAULTS = dict(steps=8, snapshots=3)
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -156,13 +164,15 @@ def build_parser():
         "--workload", default="resmlp", choices=sorted(WORKLOADS), help="the loop to run"
     )
     compare.add_argument(
-        "--steps", type=_count("--steps", 1, 10**6), default=200, help="loop length n"
+        "--steps",
+        type=_count("--steps", 1, 10**6),
+        help="loop length n, or number of blocks (default: 200; 8 for transformer)",
     )
     compare.add_argument(
         "--snapshots",
         type=_count("--snapshots", 1, 10**4),
-        default=8,
-        help="snapshot budget of revolve and online (store_all and sqrt take none)",
+        help="snapshot budget of revolve and online (store_all and sqrt take none) "
+        "(default: 8; 3 for transformer)",
     )
     compare.add_argument(
         "--repeats",
@@ -420,13 +430,23 @@ def _compare_heading(args, description):
     )
 
 
+def _resolve_defaults(args):
+    defaults = BLOCKWISE_DEFAULTS if args.workload in BLOCKWISE else DEFAULTS
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
 def compare(args, out=None):
     out = out or sys.stdout
+    _resolve_defaults(args)
     if args.memory is not None:
         return compare_memory(args, out)
     if args.budgets is not None:
         print("remat compare: error: --budgets needs --memory", file=sys.stderr)
         return 2
+    if args.workload in BLOCKWISE:
+        return compare_blocks(args, out)
     rows = measure(args.workload, args.steps, args.snapshots, args.repeats, bool(args.plot))
     failures = _check(rows)
     description = make_workload(args.workload, steps=1).description
@@ -488,6 +508,88 @@ def _compare_table(rows, args, description, failures, out):
         lines.append(f"figure written to {args.plot}")
     lines += failures or ["gradients identical under every schedule"]
     print("\n".join(lines), file=out)
+
+
+# --- compare --workload transformer: ways of checkpointing a chain of blocks ----------
+
+BLOCKS_PUBLIC = (
+    "mode",
+    "label",
+    "blocks",
+    "block_evaluations",
+    "recomputed_blocks",
+    "optimum",
+    "traced_peak_bytes",
+    "memory_ratio",
+    "tape_peak_bytes",
+    "seconds",
+    "time_ratio",
+    "seconds_runs",
+    "max_grad_diff",
+    "bit_identical",
+    "loss",
+)
+
+
+def compare_blocks(args, out):
+    if args.plot:
+        print(
+            f"remat compare: error: --plot is not drawn for --workload {args.workload}; "
+            "notebook 04 draws these figures",
+            file=sys.stderr,
+        )
+        return 2
+    rows, description = blockwise.measure(args.workload, args.steps, args.snapshots, args.repeats)
+    failures = blockwise.failures_of(rows)
+    public = [{key: row[key] for key in BLOCKS_PUBLIC} for row in rows]
+    if args.format == "json":
+        document = dict(
+            **_compare_heading(args, description),
+            snapshots=args.snapshots,
+            method=(
+                f"seconds: median of {args.repeats} runs per mode without tracemalloc, modes "
+                "interleaved; traced_peak_bytes: one separate run per mode under tracemalloc; "
+                "block_evaluations: counted by wrapping each block; gradients compared bit for "
+                "bit with no checkpointing"
+            ),
+            rows=public,
+            failures=failures,
+            ok=not failures,
+            **environment(),
+        )
+        _write_json(document, out)
+    elif args.format == "csv":
+        for row in public:
+            row["seconds_runs"] = " ".join(f"{s:.6f}" for s in row["seconds_runs"])
+        _write_csv(public, out)
+    else:
+        lines = [
+            f"workload {args.workload} ({description})",
+            "",
+            f"{'mode':<11} {'block evals':>11} {'recomputed':>10} {'traced MiB':>10} "
+            f"{'memory':>7} {'time s':>7} {'time':>6} {'gradients':>13}",
+        ]
+        for row in rows:
+            lines.append(
+                f"{row['mode']:<11} {row['block_evaluations']:>11} "
+                f"{row['recomputed_blocks']:>10} {row['traced_peak_bytes'] / MiB:>10.3f} "
+                f"{row['memory_ratio']:>6.3f}x {row['seconds']:>7.3f} {row['time_ratio']:>5.2f}x "
+                f"{'bit-identical' if row['bit_identical'] else 'DIFFER':>13}"
+            )
+        lines += [""] + [f"{row['mode']}: {row['label']}" for row in rows]
+        lines += [
+            "",
+            "block evals: evaluations of the blocks, counted; recomputed: those beyond one per "
+            "block; traced MiB: tracemalloc peak of the whole forward + backward, in a separate "
+            "run; memory and time: ratios to no checkpointing; time s: median of "
+            f"{args.repeats} runs without tracemalloc, modes interleaved; gradients: compared "
+            "bit for bit with no checkpointing.",
+        ]
+        lines += failures or ["gradients bit-identical to no checkpointing in every mode"]
+        print("\n".join(lines), file=out)
+    if failures and args.format != "table":
+        print("\n".join(failures), file=sys.stderr)
+    return 1 if failures else 0
 
 
 # --- compare --memory: the budget curve ----------------------------------------------

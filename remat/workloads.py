@@ -14,14 +14,30 @@ parameters' gradients.
   (``tape.chain``).
 * ``scan_rnn``: the character RNN written with ``tape.scan``: the inputs are
   scanned over and the logits come out as per-step outputs.
+* ``transformer``: a small GPT-style causal transformer over remat's own
+  docstrings, one chain step per block (:func:`transformer`); ``steps`` is
+  the number of blocks.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import backend
-from .ops import log_softmax, tanh
+from .ops import (
+    cross_entropy,
+    einsum,
+    gelu,
+    getitem,
+    layer_norm,
+    log_softmax,
+    reshape,
+    softmax,
+    tanh,
+    transpose,
+)
+from .tape import no_grad
 from .tensor import Tensor, tensor
 
 
@@ -38,12 +54,18 @@ class Workload:
     loss: object
     form: str = "loop"  # "loop": step(state); "chain": step is the list of layers;
     xs: object = None  # "scan": step(carry, x) over xs, and loss(carry, ys)
+    embed: object = None  # if given, embed() makes the first state anew for every run
+
+    def start(self):
+        """The first state: ``embed()`` (recorded, so that its parameters get gradients)
+        if the workload has one, else ``state``."""
+        return self.state if self.embed is None else self.embed()
 
     def run(self, tape, online=False):
         """The loss Tensor, with the loop run on ``tape`` (``until=`` if ``online``;
         a chain or scan has a known length, and an online tape serves it too)."""
         if self.form == "chain":
-            return self.loss(tape.chain(self.step, self.state))
+            return self.loss(tape.chain(self.step, self.start()))
         if self.form == "scan":
             return self.loss(*tape.scan(self.step, self.state, self.xs))
         if online:
@@ -60,6 +82,17 @@ class Workload:
         loss = self.run(tape, online=online)
         loss.backward()
         return loss.item(), [p.grad for p in self.params]
+
+    def run_layers(self, wrap=None):
+        """The loss Tensor of a chain with its layers called one after the other, no
+        tape: each layer ``f`` as ``wrap(f)`` if given (``wrap=rm.checkpoint``
+        checkpoints every layer)."""
+        if self.form != "chain":
+            raise ValueError(f"run_layers: {self.name} is a {self.form}, not a chain of layers")
+        h = self.start()
+        for f in self.step:
+            h = (f if wrap is None else wrap(f))(h)
+        return self.loss(h)
 
     @property
     def state_bytes(self):
@@ -196,7 +229,137 @@ def scan_rnn(steps=200, hidden=64, vocab=32, batch=16, seed=0):
     )
 
 
-WORKLOADS = {"resmlp": resmlp, "rnn": rnn, "ode": ode, "widths": widths, "scan_rnn": scan_rnn}
+def corpus():
+    """A small text of remat's own making: the docstrings of its modules, lower-cased,
+    with every character outside :data:`ALPHABET` written as a space."""
+    from . import budget, checkpoint, executor, functional, memory, schedules, tape
+
+    modules = (tape, executor, functional, checkpoint, budget, memory, schedules)
+    text = " ".join(" ".join(module.__doc__.split()) for module in modules).lower()
+    return "".join(c if c in ALPHABET else " " for c in text)
+
+
+ALPHABET = " abcdefghijklmnopqrstuvwxyz.,()'"
+"""The transformer's vocabulary: 32 characters."""
+
+
+def transformer(
+    steps=4, width=32, heads=4, context=32, batch=4, seed=0, dtype="float64", vocab=None
+):
+    """A GPT-style causal transformer: ``steps`` blocks of width ``width``.
+
+    Characters of :func:`corpus` (``batch`` windows of ``context + 1`` at
+    fixed random offsets) are embedded by indexing a table, plus a learned
+    position embedding; each block is pre-norm, ``h + attention(layer_norm(h))``
+    then ``h + mlp(layer_norm(h))``: multi-head causal self-attention (``heads``
+    heads, softmax over the earlier positions) and an MLP of width
+    ``4 * width`` with GELU.  The loss is the cross-entropy of the next
+    character, through a final layer norm and the embedding table again
+    (tied weights).  ``vocab`` (default 32, :data:`ALPHABET`) may be larger;
+    the extra symbols never occur.
+
+    The projections are ``matmul`` (``@``) and the attention scores and
+    their weighted sum ``einsum``: ``rm.policies.save_ops("matmul")`` keeps
+    the projections and recomputes the (context x context) attention of
+    every head, as selective recomputation does (Korthikanti et al. 2022),
+    while ``save_ops("matmul", "einsum")`` keeps every product (JAX's
+    ``dots_saveable``).
+    """
+    if width % heads:
+        raise ValueError(f"transformer: width {width} is not divisible by heads {heads}")
+    vocab = len(ALPHABET) if vocab is None else vocab
+    rng = backend.default_rng(seed)
+    codes = {c: i for i, c in enumerate(ALPHABET)}
+    text = [codes[c] for c in corpus()]
+    offsets = rng.integers(0, len(text) - context - 1, size=batch)
+    windows = backend.asarray([text[o : o + context + 1] for o in offsets])
+    tokens, targets = windows[:, :-1], windows[:, 1:]
+    head = width // heads
+    causal = backend.causal_mask(context, dtype)  # 0 on and below the diagonal, -inf above
+
+    def param(*shape, scale):
+        return tensor((rng.standard_normal(shape) * scale).astype(dtype), requires_grad=True)
+
+    def ones(n):
+        return tensor(backend.asarray([1.0] * n, dtype=dtype), requires_grad=True)
+
+    def zeros(n):
+        return tensor(backend.asarray([0.0] * n, dtype=dtype), requires_grad=True)
+
+    table = param(vocab, width, scale=1 / math.sqrt(width))
+    position = param(context, width, scale=0.1)
+    params = [table, position]
+    layers = []
+    for _ in range(steps):
+        p = dict(
+            ln1_w=ones(width),
+            ln1_b=zeros(width),
+            w_qkv=param(width, 3 * width, scale=1 / math.sqrt(width)),
+            w_o=param(width, width, scale=1 / math.sqrt(width * steps)),
+            b_o=zeros(width),
+            ln2_w=ones(width),
+            ln2_b=zeros(width),
+            w_1=param(width, 4 * width, scale=1 / math.sqrt(width)),
+            b_1=zeros(4 * width),
+            w_2=param(4 * width, width, scale=1 / math.sqrt(4 * width * steps)),
+            b_2=zeros(width),
+        )
+        params += p.values()
+        layers.append(_block(p, batch, context, heads, head, causal))
+    ln_w, ln_b = ones(width), zeros(width)
+    params += [ln_w, ln_b]
+
+    def embed():
+        return getitem(table, tokens) + position
+
+    def loss(h):
+        logits = layer_norm(h, ln_w, ln_b) @ transpose(table)
+        return cross_entropy(logits, targets)
+
+    with no_grad():
+        first = embed()  # for state_bytes; every run embeds anew
+    return Workload(
+        "transformer",
+        f"GPT-style transformer, {steps} blocks of width {width}, {heads} heads, context "
+        f"{context}, batch {batch}, vocabulary {vocab}, {dtype}",
+        params,
+        first,
+        layers,
+        steps,
+        loss,
+        form="chain",
+        embed=embed,
+    )
+
+
+def _block(p, batch, context, heads, head, causal):
+    """One pre-norm transformer block as a function of the residual stream h."""
+    width = heads * head
+    scale = 1 / math.sqrt(head)
+
+    def attention(x):
+        qkv = reshape(x @ p["w_qkv"], (batch, context, 3, heads, head))
+        q, k, v = (getitem(transpose(qkv, (2, 0, 3, 1, 4)), i) for i in range(3))
+        scores = einsum("bhqd,bhkd->bhqk", q, k) * scale + causal
+        mixed = einsum("bhqk,bhkd->bhqd", softmax(scores, axis=-1), v)
+        return reshape(transpose(mixed, (0, 2, 1, 3)), (batch, context, width)) @ p["w_o"]
+
+    def block(h):
+        h = h + attention(layer_norm(h, p["ln1_w"], p["ln1_b"])) + p["b_o"]
+        mlp = gelu(layer_norm(h, p["ln2_w"], p["ln2_b"]) @ p["w_1"] + p["b_1"]) @ p["w_2"]
+        return h + mlp + p["b_2"]
+
+    return block
+
+
+WORKLOADS = {
+    "resmlp": resmlp,
+    "rnn": rnn,
+    "ode": ode,
+    "widths": widths,
+    "scan_rnn": scan_rnn,
+    "transformer": transformer,
+}
 
 
 def make_workload(name, steps=200, seed=0):

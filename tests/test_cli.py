@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import remat as rm
-from remat import cli, schedules, workloads
+from remat import blockwise, cli, schedules, workloads
 
 
 def run_cli(*args):
@@ -358,3 +358,60 @@ def test_compare_memory_draws_its_figure(tmp_path, capsys):
     assert cli.main([*argv, "--plot", str(path)]) == 0
     assert path.stat().st_size > 0
     assert f"figure written to {path}" in capsys.readouterr().out
+
+
+# --- remat compare --workload transformer ------------------------------------------------
+def test_compare_transformer_runs_every_mode_bit_identically(capsys):
+    code = cli.main(
+        [
+            "compare",
+            "--workload",
+            "transformer",
+            "--steps",
+            "4",
+            "--repeats",
+            "1",
+            "--format",
+            "json",
+        ]
+    )
+    assert code == 0
+    document = json.loads(capsys.readouterr().out)
+    rows = {row["mode"]: row for row in document["rows"]}
+    assert set(rows) == set(blockwise.MODES) and document["snapshots"] == 3
+    assert all(row["bit_identical"] and row["max_grad_diff"] == 0 for row in rows.values())
+    assert rows["none"]["block_evaluations"] == 4 and rows["none"]["recomputed_blocks"] == 0
+    assert rows["checkpoint"]["block_evaluations"] == 8  # each block once more in backward
+    assert rows["revolve"]["block_evaluations"] == schedules.optimal_forward_steps(4, 3)
+    assert rows["revolve"]["tape_peak_bytes"] > 0
+    assert rows["checkpoint"]["traced_peak_bytes"] < rows["none"]["traced_peak_bytes"]
+    assert len({row["loss"] for row in rows.values()}) == 1
+
+
+def test_compare_transformer_table_defaults_to_eight_blocks():
+    result = run_cli("compare", "--workload", "transformer", "--repeats", "1")
+    assert result.returncode == 0, result.stderr
+    assert "8 blocks of width 32" in result.stdout
+    modes = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line}
+    assert int(modes["none"][1]) == 8 and int(modes["checkpoint"][1]) == 16
+    assert int(modes["revolve"][1]) == schedules.optimal_forward_steps(8, 3)
+    assert "gradients bit-identical to no checkpointing in every mode" in result.stdout
+
+
+def test_compare_transformer_fails_when_a_gradient_differs(monkeypatch, capsys):
+    real = blockwise.run_mode
+
+    def tampered(workload, mode, snapshots):
+        done = real(workload, mode, snapshots)
+        if mode == "checkpoint":
+            done["grads"] = [g * (1 + 2**-52) for g in done["grads"]]  # one ulp off
+        return done
+
+    monkeypatch.setattr(blockwise, "run_mode", tampered)
+    args = cli.build_parser().parse_args(
+        ["compare", "--workload", "transformer", "--steps", "2", "--repeats", "1"]
+    )
+    assert cli.compare(args) == 1
+    assert "rm.checkpoint per block: gradients differ from no checkpointing" in (
+        capsys.readouterr().out
+    )
