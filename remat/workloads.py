@@ -55,6 +55,7 @@ class Workload:
     form: str = "loop"  # "loop": step(state); "chain": step is the list of layers;
     xs: object = None  # "scan": step(carry, x) over xs, and loss(carry, ys)
     embed: object = None  # if given, embed() makes the first state anew for every run
+    data: tuple = ()  # the arrays the workload reads (a peer library rebuilds it from them)
 
     def start(self):
         """The first state: ``embed()`` (recorded, so that its parameters get gradients)
@@ -329,6 +330,7 @@ def transformer(
         loss,
         form="chain",
         embed=embed,
+        data=(tokens, targets),
     )
 
 

@@ -26,6 +26,10 @@ HEADERS = {
         "| width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
         "| width | budget MiB | optimal s | revolve slots | revolve s |",
     ],
+    "transformer": [
+        "| contender | s (fwd+bwd) | time ratio | peak RSS MiB | memory ratio (RSS) |",
+        "| schedule | forward_steps | tape.stats.peak_bytes MiB | tracemalloc MiB |",
+    ],
 }
 
 
@@ -38,6 +42,9 @@ def test_quick_run_prints_its_table(name):
     if name == "loop":  # torch is compared with, or its absence explained
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch checkpoint_sequential" if has_torch else "torch skipped: ") in text
+    if name == "transformer":
+        has_torch = importlib.util.find_spec("torch") is not None
+        assert ("torch selective" if has_torch else "torch skipped: ") in text
     if name == "memory":
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("| library | plan |" if has_torch else "torch skipped: ") in text
