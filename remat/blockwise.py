@@ -27,7 +27,6 @@ import tracemalloc
 from . import schedules
 from .budget import Tape
 from .checkpoint import checkpoint
-from .workloads import make_workload
 
 MODES = ("none", "checkpoint", "revolve")
 
@@ -88,8 +87,9 @@ def _bit_identical(grads, reference):
     return all(g.dtype == r.dtype and (g == r).all() for g, r in zip(grads, reference))
 
 
-def measure(workload_name, steps, snapshots, repeats=3, seed=0):
-    """Every mode of :data:`MODES` on the workload: a list of rows (dicts).
+def measure(workload, snapshots, repeats=3):
+    """Every mode of :data:`MODES` on ``workload`` (a chain, e.g.
+    ``remat.workloads.transformer()``): a list of rows (dicts).
 
     One run per mode under tracemalloc first (memory; it also warms up), then
     ``repeats`` rounds of timed runs, the modes in a rotated order each round.
@@ -99,9 +99,9 @@ def measure(workload_name, steps, snapshots, repeats=3, seed=0):
             "tracemalloc is already tracing (PYTHONTRACEMALLOC or -X tracemalloc?): "
             "run without it, so that the timed runs are not slowed down by tracing"
         )
-    workload = make_workload(workload_name, steps=steps, seed=seed)
     if workload.form != "chain":
-        raise ValueError(f"{workload_name} is a {workload.form}, not a chain of blocks")
+        raise ValueError(f"{workload.name} is a {workload.form}, not a chain of blocks")
+    steps = workload.steps
     first, traced = {}, {}
     for mode in MODES:
         gc.collect()
@@ -151,7 +151,7 @@ def measure(workload_name, steps, snapshots, repeats=3, seed=0):
                 loss=row["loss"],
             )
         )
-    return rows, workload.description
+    return rows
 
 
 def failures_of(rows):

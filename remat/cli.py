@@ -539,7 +539,9 @@ def compare_blocks(args, out):
             file=sys.stderr,
         )
         return 2
-    rows, description = blockwise.measure(args.workload, args.steps, args.snapshots, args.repeats)
+    workload = make_workload(args.workload, steps=args.steps)
+    description = workload.description
+    rows = blockwise.measure(workload, args.snapshots, args.repeats)
     failures = blockwise.failures_of(rows)
     public = [{key: row[key] for key in BLOCKS_PUBLIC} for row in rows]
     if args.format == "json":
