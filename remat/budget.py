@@ -112,8 +112,8 @@ class Tape(Recorder):
 
     ``check_replay`` checks that every recomputed step gives what it gave the
     first time: always the structure, shapes and dtypes of its outputs, and,
-    when the step is taped again, their values (a CRC-32 of up to 256 evenly
-    spaced elements of each array, so it costs the same for any state size;
+    when the step is taped again, their values (a CRC-32 of about 64 elements
+    of each array, spaced by a prime stride, so it costs the same for any state size;
     ``check_replay="full"`` reads every element;
     ``check_replay=False`` checks no values).  ``trace=True`` records the bytes held
     after every action (for :func:`remat.plot.memory_timeline`);

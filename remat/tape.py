@@ -200,12 +200,13 @@ class Leaf:
     and its node form no reference cycle: dropping the tensor frees it at once.
     """
 
-    __slots__ = ("tensor", "shape", "dtype")
+    __slots__ = ("tensor", "shape", "dtype", "rebound")
 
     def __init__(self, tensor):
         self.tensor = weakref.ref(tensor)
         self.shape = tensor._data.shape
         self.dtype = tensor._data.dtype
+        self.rebound = -1  # sequence number of the latest new value (guard.rebound)
 
     def __repr__(self):
         return f"<Leaf {self.shape}>"

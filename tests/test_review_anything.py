@@ -234,13 +234,10 @@ def test_jvp_integer_primal_error_names_jvp():
     assert "rm.jvp" in str(info.value)
 
 
-# rm.checkpoint(f), then w.data changed in place before backward (f closes over w): no error
-# and a gradient from the new w; store-all raises BackwardError ("changed in place"); severity:
-# silent wrong gradient (the replay check samples 256 of 2000 outputs and misses the column).
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a value a recomputed block closes over, changed between forward and backward, is caught only if the sampled replay check sees it",  # noqa: E501
-)
+# rm.checkpoint(f), then w.data changed in place before backward (f closes over w): was no
+# error and a gradient from the new w (the sampled replay check missed the column); store-all
+# raises BackwardError ("changed in place").  Fixed: the recomputation checks what it reads
+# against the forward sweep's moment (executor.Forward; tests/test_recompute_guard.py).
 def test_checkpoint_closed_over_parameter_changed_in_place_before_backward():
     w = rm.tensor(rng.standard_normal((4, 1000)) * 0.1, requires_grad=True)
     x = rm.tensor(rng.standard_normal((2, 4)), requires_grad=True)
@@ -443,14 +440,10 @@ def test_scan_without_a_carry(init):
 
 
 # tape.chain([tanh(h @ w), sin x5]) under revolve/online/periodic, then w.data changed in place
-# before backward: no error, the first layer is recomputed with the new w (the sampled replay
-# check misses one changed column); store-all and the unrolled program raise BackwardError;
-# severity: silent wrong gradient.
+# before backward: was no error, the first layer recomputed with the new w (the sampled replay
+# check missed one changed column); store-all and the unrolled program raise BackwardError.
+# Fixed as the checkpoint case above.
 @pytest.mark.parametrize("schedule", ["revolve", "online", "periodic"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a parameter changed in place between forward and backward is caught only if the sampled replay check sees it",  # noqa: E501
-)
 def test_chain_parameter_changed_in_place_before_backward(schedule):
     r = np.random.default_rng(0)
     w = rm.tensor(r.standard_normal((4, 1000)) * 0.1, requires_grad=True)
