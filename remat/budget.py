@@ -267,12 +267,12 @@ class Tape(Recorder):
         Returns ``(carry, ys)`` where ``ys`` stacks the ``y``s along a new
         leading axis (or is None when f returns None for y).  ``xs`` is a
         Tensor or pytree of Tensors whose leaves share their leading axis; the
-        carry keeps its structure, shapes and dtypes.  Gradients reach ``xs``
+        carry keeps its structure, shapes and dtypes, and may hold no Tensor
+        (``init=None`` maps f over xs).  Gradients reach ``xs``
         (gathered in one buffer), ``init`` and the parameters f closes over.
         """
         if not callable(f):
             raise TypeError(f"tape.scan: f must be callable, got {f!r}")
-        _check_state("tape.scan", init)
         leaves, xs_tree = flatten(xs, lambda v: isinstance(v, Tensor) or backend.is_array(v))
         if not leaves:
             raise ValueError("tape.scan: xs has no Tensor or array in it; nothing to scan over")

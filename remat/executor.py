@@ -535,6 +535,7 @@ class ChainRun:
 
     def __init__(self, tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps):
         self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
+        self.like = (*x0, *chain.xs, None)[0]  # zeros go where the inputs are (a state may be ())
         self.context = STEP.get()  # the step this chain runs inside, if any: its values may be used
         # store-all never evaluates a step twice: nothing to compare
         self.check_replay = tape.check_replay
@@ -546,7 +547,7 @@ class ChainRun:
         self.specs = {0: spec0}  # position -> Spec of x_position, learned going forward
         # a loop over one Tensor: call_step takes a short path (bench_loop's tiny steps)
         self.short = chain.step is not None and spec0.tree.kind == "leaf"
-        self.floating = backend.is_floating(spec0.dtypes[0])
+        self.floating = self.short and backend.is_floating(spec0.dtypes[0])
         self.devices = tuple(backend.device_of(a) for a in x0)
         self.until = until
         self.max_steps = max_steps
@@ -834,7 +835,7 @@ class ChainRun:
             grads = reverse_step(self.outer_sweep, step_tape, seeds)
             spec = self.spec_at(i)
             width = len(spec.shapes)
-            like = step_tape.outputs[0]._data
+            like = step_tape.outputs[0]._data if step_tape.outputs else self.like
             self.cotangent = [
                 g if g is not None else backend.zeros(s, d, like=like)
                 for g, s, d in zip(grads[:width], spec.shapes, spec.dtypes)

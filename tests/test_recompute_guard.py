@@ -158,3 +158,35 @@ def test_the_replay_check_sees_a_change_in_any_one_row():
         x = rm.tensor(np.full(shape, 0.5), requires_grad=True)
         with pytest.raises(rm.ReplayError, match="different values"):
             rm.Tape(snapshots=2).loop(step, x, steps=6).sum().backward()
+
+
+# -- code that branches on rm.grad_enabled() ----------------------------------------------------
+@pytest.mark.parametrize("tape", [rm.Tape(snapshots=2), rm.Tape(snapshots=3, schedule="online")])
+def test_loop_steps_see_grad_enabled_in_every_run(tape):
+    """Advances run untaped, taped steps taped: both must see the same grad mode."""
+    seen = []
+
+    def step(h):
+        seen.append(rm.grad_enabled())
+        return rm.sin(h) * (2.0 if rm.grad_enabled() else 3.0)
+
+    x = rm.tensor(np.full(3, 0.5), requires_grad=True)
+    tape.loop(step, x, steps=8).sum().backward()
+    assert all(seen) and len(seen) > 8  # steps were recomputed, all saw gradients on
+    y = rm.tensor(np.full(3, 0.5), requires_grad=True)
+    out = y
+    for _ in range(8):
+        out = rm.sin(out) * 2.0
+    out.sum().backward()
+    np.testing.assert_array_equal(x.grad, y.grad)
+
+
+def test_no_grad_inside_a_checkpoint_is_still_off():
+    def f(h):
+        with rm.no_grad():
+            assert not rm.grad_enabled()
+        return rm.tanh(h)
+
+    x = rm.tensor(np.ones(3), requires_grad=True)
+    rm.checkpoint(f)(x).sum().backward()
+    np.testing.assert_array_equal(x.grad, 1 - np.tanh(1.0) ** 2)
