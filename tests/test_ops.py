@@ -247,3 +247,20 @@ def test_hessian_vector_product_matches_finite_differences(name):
     down = rm.grad(f, argnums)(*[x - eps * v for x, v in zip(inputs, vs)])
     for g, u, d in zip(got, up, down):
         np.testing.assert_allclose(g, (u - d) / (2 * eps), rtol=1e-4, atol=1e-5)
+
+
+def test_large_einsums_go_through_blas_with_numpys_result():
+    q, k = r(2, 3, 48, 40), r(2, 3, 48, 40)  # above EINSUM_BLAS_SIZE: optimize=True
+    assert q.size + k.size >= rm.backend.EINSUM_BLAS_SIZE
+    got = rm.einsum("bhqd,bhkd->bhqk", q, k).numpy()
+    np.testing.assert_allclose(got, np.einsum("bhqd,bhkd->bhqk", q, k), rtol=1e-12)
+    assert np.array_equal(got, rm.einsum("bhqd,bhkd->bhqk", q, k).numpy())  # the same path
+    f = weighted(lambda a, b: rm.einsum("bhqd,bhkd->bhqk", a, b))
+    qt, kt = rm.tensor(q, requires_grad=True), rm.tensor(k, requires_grad=True)
+    f(qt, kt).backward()
+    eps, index = 1e-6, (1, 2, 5, 7)
+    up, down = q.copy(), q.copy()
+    up[index] += eps
+    down[index] -= eps
+    numeric = (f(up, k).item() - f(down, k).item()) / (2 * eps)
+    assert qt.grad[index] == pytest.approx(numeric, rel=1e-6)

@@ -1,5 +1,6 @@
 """Matrix products: matmul (NumPy's rules for 1-D and batched operands) and einsum."""
 
+from .. import backend
 from .core import SHAPE_RULES, ShapeError, Variadic, apply, as_tensor, defop, make_binary, xp
 
 # Each rule sees only the other operand; the rank of its own operand follows
@@ -86,7 +87,7 @@ def _einsum_jvp(i, ns, t, ans, *operands, subscripts, shapes):
 
 
 def _einsum(*operands, subscripts):
-    return xp.einsum(subscripts, *operands)
+    return backend.einsum(subscripts, *operands)
 
 
 EINSUM = defop(
