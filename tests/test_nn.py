@@ -8,6 +8,7 @@ rules), and each bad argument against its error message.
 
 import doctest
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -250,3 +251,19 @@ def test_the_primitives_save_less_than_their_formulas_as_the_docstrings_say():
         return centred / rm.sqrt((centred * centred).mean(axis=-1, keepdims=True) + 1e-5)
 
     assert _saved_besides(x, spelled_layer_norm) >= 2 and _saved_besides(x, rm.layer_norm) == 0
+
+
+def test_gelu_backward_keeps_few_temporaries():
+    x = rm.tensor(r(256, 256), requires_grad=True)
+    y = rm.gelu(x)
+    g = np.ones(x.shape)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    y.backward(g)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    assert peak <= 4.2 * x.numpy().nbytes  # three temporaries and the gradient
+    a, c, v = 0.044715, math.sqrt(2 / math.pi), x.numpy()
+    t = np.tanh(c * (v + a * v**3))
+    want = 0.5 * (1 + t) + 0.5 * v * (1 - t**2) * c * (1 + 3 * a * v**2)  # d gelu / dx
+    np.testing.assert_allclose(x.grad, want, rtol=1e-13, atol=1e-15)
