@@ -64,7 +64,6 @@ def run_mode(workload, mode, snapshots):
             loss = workload.run(tape)
         else:
             loss = workload.run_layers(checkpoint if mode == "checkpoint" else None)
-        forward = counter[0]
         loss.backward()
         if mode == "revolve":
             stats = tape.stats
@@ -74,7 +73,6 @@ def run_mode(workload, mode, snapshots):
         loss=loss.item(),
         grads=[p.grad for p in workload.params],
         block_evaluations=counter[0],
-        in_backward=counter[0] - forward,
         stats=stats,
     )
 
