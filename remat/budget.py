@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import backend, schedules
+from . import backend, policies, schedules
 from . import memory as _memory
-from .checkpoint import check_policy
 from .executor import Chain, LoopError, LoopStats, run_chain
 from .pytree import flatten
 from .schedules.arguments import require_count
@@ -118,8 +117,14 @@ class Tape(Recorder):
     ``check_replay=False`` checks no values).  ``trace=True`` records the bytes held
     after every action (for :func:`remat.plot.memory_timeline`);
     ``snapshot_device="cpu"`` keeps snapshots in host memory while the steps
-    run on the GPU.  ``policy`` is reserved for selective recomputation (only
-    None is accepted yet).
+    run on the GPU.  ``policy`` (:mod:`remat.policies`) is selective
+    recomputation inside the steps: the first run of each step keeps the op
+    outputs the policy chooses, held (and counted in ``tape.stats.peak_bytes``)
+    until the step is reversed, and every recomputation of that step reuses
+    them instead of evaluating those ops again (store_all recomputes nothing,
+    so keeps nothing).  A policy is any callable ``policy(op_name,
+    value_name) -> bool``, called positionally; None (or ``save_nothing``)
+    keeps nothing.  It cannot be combined with ``memory=`` yet.
 
     ``memory=`` is a budget in bytes (an int, or ``"512 KiB"``, ``"64 MiB"``,
     ``"2 GB"``): each loop, chain and scan is measured, planned with
@@ -156,7 +161,15 @@ class Tape(Recorder):
             if snapshots is not None:
                 snapshots = require_count("Tape", "snapshots", snapshots)
             self.policy = Policy(self.memory_schedule, snapshots)
-        self.recompute = check_policy(policy)
+        # rm.policies: what the first run of each step keeps for its recomputations
+        self.recompute = policies.resolve(policy, "Tape")
+        if self.recompute is not None and self.byte_limit is not None:
+            raise NotImplementedError(
+                f"Tape(memory=..., policy={policy!r}): planning for a byte budget does not "
+                "count what a policy keeps yet (each step's kept values are held from its "
+                "first run until it is reversed). Use policy= with snapshots= (tape.stats "
+                "counts the kept values in peak_bytes), or memory= with policy=None"
+            )
         self.loops = []  # the LoopStats of each chain run on this tape
         self.plans = []  # under memory=: (schedule, measured ChainCosts) of each chain
         self.trace = trace

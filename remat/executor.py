@@ -39,6 +39,7 @@ from . import backend, guard, schedules
 from .functional import forward_sweep
 from .ops.core import Op
 from .pytree import flatten, unflatten
+from .selective import Reusing, Saving
 from .tape import (
     FORWARD_MODE,
     GRAD_ENABLED,
@@ -334,6 +335,9 @@ def saved_by(records, floor, inputs):
                 saved.append(a)
         if record.ans is not None:
             saved.append(record.ans)
+        kept = getattr(record.args[0], "kept", None) if record.args else None
+        if kept is not None:  # a checkpoint inside the step: what its policy kept
+            saved.extend(kept.arrays())
     return saved
 
 
@@ -501,6 +505,10 @@ class ChainRun:
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(getattr(tape, "byte_limit", None))  # Tape(memory=): its budget
+        # rm.Tape(policy=): step index -> what its first run kept (store-all recomputes none)
+        self.policy = getattr(tape, "recompute", None)
+        recomputes = self.policy is not None and not isinstance(schedule, schedules.StoreAll)
+        self.keeping = {} if recomputes else None
         self.cotangent = None  # of x_position during the reverse sweep
         self.ys_cotangent = None
         self.xs_grads = None
@@ -518,6 +526,28 @@ class ChainRun:
 
     # -- evaluating steps --
     def call_step(self, i, arrays, taped):
+        """Evaluate step i (see evaluate_step), under ``rm.Tape(policy=)`` keeping what
+        the policy chooses the first time and reusing it later (remat.selective)."""
+        if self.keeping is None:
+            return self.evaluate_step(i, arrays, taped)
+        first = i == self.reached
+        kept = self.keeping.get(i)
+        if first:
+            frame = Saving(self.policy, self.check_values, self.full)
+        elif kept is not None:
+            frame = Reusing(kept, self.chain.name(i), ReplayError, self.full)
+        else:  # reversed already (a jvp after backward): nothing kept to reuse
+            return self.evaluate_step(i, arrays, taped)
+        with frame:
+            result = self.evaluate_step(i, arrays, taped)
+        if first:
+            kept = self.keeping[i] = frame.kept()  # held until step i is reversed
+            self.held.hold(kept.arrays())
+        else:
+            frame.finish()
+        return result
+
+    def evaluate_step(self, i, arrays, taped):
         """Evaluate step i on x_i's ``arrays``; returns (x_{i+1}'s arrays, inputs, outputs).
 
         Taped, the inputs are leaves (for the float components) so that the
@@ -780,6 +810,8 @@ class ChainRun:
                         buffer = self.xs_grads[k] = backend.zeros(xs.shape, g.dtype, like=xs)
                     buffer[i] += g if g.shape == buffer.shape[1:] else g.reshape(buffer.shape[1:])
             self.held.release(step_tape.saved)
+            if self.keeping is not None and i in self.keeping:
+                self.held.release(self.keeping.pop(i).arrays())
         self.position = None
 
     # -- the two sweeps --
@@ -895,6 +927,8 @@ class ChainRun:
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.held.peak)
         self.slots.clear()
         self.tapes.clear()
+        if self.keeping:
+            self.keeping.clear()
         self.first = array("L")
         self.held = Holdings()
         self.current = (None, None)
