@@ -23,6 +23,12 @@ value escaping a step is recognised (:class:`remat.tape.StepValue`).
 
 Every op is registered in :data:`OPS`, the one table the tests are generated
 from.
+
+Each application of an op tests one thing more, whether a frame of
+:mod:`remat.selective` is open anywhere (``rm.count_ops()``, or a policy's
+first run or recomputation); only then does the forward go through
+:func:`remat.selective.evaluate`, which may count it, keep its output, or
+give the kept output instead of running it.
 """
 
 from __future__ import annotations
