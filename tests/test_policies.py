@@ -416,3 +416,28 @@ def test_the_decorator_form_takes_a_policy():
 
     f(rm.tensor(np.ones((1, 2)))).sum().backward()
     assert np.array_equal(w.grad, np.ones((2, 1)) @ (1 - np.tanh(np.ones((1, 2)) * 2.0) ** 2))
+
+
+def test_forward_mode_through_a_policy_checkpoint_matches_no_checkpointing():
+    w = np.random.default_rng(11).standard_normal((3, 3))
+
+    def plain(x):
+        return rm.tanh(x @ w) @ w
+
+    kept = rm.checkpoint(plain, policy=policies.save_ops("matmul"))
+    x, v = np.random.default_rng(12).standard_normal((2, 2, 3))
+    assert np.array_equal(rm.jvp(kept, (x,), (v,))[1], rm.jvp(plain, (x,), (v,))[1])
+
+
+def test_a_function_calling_rm_grad_inside_is_refused_under_a_policy_and_says_why():
+    w = rm.tensor(np.eye(3) * 0.5, requires_grad=True)
+
+    def penalised(x):  # its first run does not record rm.grad's backward; its recomputation does
+        g = rm.grad(lambda x: (rm.tanh(x @ w) ** 2).sum())(x)
+        return rm.sin(x) * g
+
+    x = rm.tensor(np.ones((2, 3)), requires_grad=True)
+    rm.checkpoint(penalised)(x).sum().backward()  # without a policy: fine
+    y = rm.checkpoint(penalised, policy=policies.save_ops("matmul"))(x)
+    with pytest.raises(rm.ReplayError, match="calls rm.grad inside"):
+        y.sum().backward()
