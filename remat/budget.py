@@ -124,7 +124,8 @@ class Tape(Recorder):
     them instead of evaluating those ops again (store_all recomputes nothing,
     so keeps nothing).  A policy is any callable ``policy(op_name,
     value_name) -> bool``, called positionally; None (or ``save_nothing``)
-    keeps nothing.  It cannot be combined with ``memory=`` yet.
+    keeps nothing.  With ``memory=``, the plan is made in what is left of the
+    budget once the policy's kept values (measured) are counted.
 
     ``memory=`` is a budget in bytes (an int, or ``"512 KiB"``, ``"64 MiB"``,
     ``"2 GB"``): each loop, chain and scan is measured, planned with
@@ -163,13 +164,6 @@ class Tape(Recorder):
             self.policy = Policy(self.memory_schedule, snapshots)
         # rm.policies: what the first run of each step keeps for its recomputations
         self.recompute = policies.resolve(policy, "Tape")
-        if self.recompute is not None and self.byte_limit is not None:
-            raise NotImplementedError(
-                f"Tape(memory=..., policy={policy!r}): planning for a byte budget does not "
-                "count what a policy keeps yet (each step's kept values are held from its "
-                "first run until it is reversed). Use policy= with snapshots= (tape.stats "
-                "counts the kept values in peak_bytes), or memory= with policy=None"
-            )
         self.loops = []  # the LoopStats of each chain run on this tape
         self.plans = []  # under memory=: (schedule, measured ChainCosts) of each chain
         self.trace = trace

@@ -57,12 +57,19 @@ class Policy:
     named (after its op ran); the ones that cannot are cheaper to check.
     """
 
-    __slots__ = ("decide", "text", "by_name")
+    __slots__ = ("decide", "text", "by_name", "key")
 
-    def __init__(self, decide, text, by_name=True):
+    def __init__(self, decide, text, by_name=True, key=None):
         self.decide = decide
         self.text = text
         self.by_name = by_name
+        self.key = text if key is None else key  # equal keys: the same decisions
+
+    def __eq__(self, other):
+        return isinstance(other, Policy) and self.key == other.key
+
+    def __hash__(self):  # a Tape(memory=)'s plan is cached by its policy
+        return hash(self.key)
 
     def __call__(self, op_name, value_name):
         return self.decide(op_name, value_name)
@@ -130,7 +137,7 @@ def resolve(policy, where):
     if isinstance(policy, Policy):
         return policy
     if callable(policy):
-        return Policy(policy, getattr(policy, "__name__", repr(policy)))
+        return Policy(policy, getattr(policy, "__name__", repr(policy)), key=(policy,))
     named = isinstance(policy, str) and policy in ("save_everything", "save_nothing")
     hint = f" (rm.policies.{policy})" if named else ""
     raise TypeError(

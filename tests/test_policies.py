@@ -395,9 +395,8 @@ def test_policies_are_checked():
         policies.save_names(3)
     with pytest.raises(TypeError, match="policy must be None"):
         rm.Tape(policy=3)
-    with pytest.raises(NotImplementedError, match="memory=.*policy"):
-        rm.Tape(memory="1 MiB", policy=policies.save_everything)
-    rm.Tape(memory="1 MiB", policy=policies.save_nothing)  # keeps nothing: fine
+    assert policies.save_ops("matmul") == policies.save_ops("matmul")  # one cached plan
+    assert policies.save_ops("matmul") != policies.save_ops("tanh")
     f = rm.checkpoint(lambda x: rm.sin(x), policy=lambda op, name: None)
     with pytest.raises(TypeError, match="returned None for op 'sin'.*True .* or False"):
         f(rm.tensor([1.0], requires_grad=True))
@@ -441,3 +440,28 @@ def test_a_function_calling_rm_grad_inside_is_refused_under_a_policy_and_says_wh
     y = rm.checkpoint(penalised, policy=policies.save_ops("matmul"))(x)
     with pytest.raises(rm.ReplayError, match="calls rm.grad inside"):
         y.sum().backward()
+
+
+def test_a_byte_budget_plans_around_what_the_policy_keeps():
+    n, state = 30, 2 * D * 8
+    want = loop_grads("loop", n)
+    rm.memory.clear_plans()
+    plain = rm.Tape(memory=12 * state)
+    got = loop_grads("loop", n, plain)
+    assert same(got, want)
+    kept = rm.Tape(memory=n * state + 12 * state, policy=POLICIES["save_ops(matmul)"])
+    assert same(loop_grads("loop", n, kept), want)
+    # the policy's n products are held beside the plan, and the budget holds
+    assert n * state < kept.stats.peak_bytes <= kept.stats.memory
+    assert plain.stats.peak_bytes <= plain.stats.memory
+    step = loop_step(make_loop_params(0))
+    plans = []
+    for policy in (policies.save_ops("matmul"), policies.save_ops("matmul"), None):
+        with rm.Tape(memory=n * state + 12 * state, policy=policy) as tape:
+            tape.loop(step, rm.tensor(np.ones((2, D)), requires_grad=True), steps=n)
+        plans.append(tape.stats.plan)
+    assert plans == ["measured", "reused", "measured"]  # an equal policy: the same plan
+    with pytest.raises(
+        ValueError, match=rf"too small with policy save_ops\('matmul'\): it keeps {n * state} bytes"
+    ):
+        loop_grads("loop", n, rm.Tape(memory=n * state + state, policy=policies.save_ops("matmul")))
