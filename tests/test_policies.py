@@ -465,3 +465,26 @@ def test_a_byte_budget_plans_around_what_the_policy_keeps():
         ValueError, match=rf"too small with policy save_ops\('matmul'\): it keeps {n * state} bytes"
     ):
         loop_grads("loop", n, rm.Tape(memory=n * state + state, policy=policies.save_ops("matmul")))
+
+
+def test_a_policy_checkpoint_inside_a_loop_step_counts_what_it_keeps():
+    w = make_loop_params(3)
+    peaks = []
+    for policy in (None, policies.save_ops("matmul")):
+        block = rm.checkpoint(lambda h: h + rm.tanh(h @ w), policy=policy)
+        with rm.Tape(snapshots=2) as tape:
+            tape.loop(block, rm.tensor(np.ones((2, D)), requires_grad=True), steps=10)
+        peaks.append(tape.stats.peak_bytes)
+    assert peaks[1] - peaks[0] == 2 * D * 8  # the taped step's checkpoint keeps one product
+
+
+def test_forward_mode_through_a_loop_under_a_policy_matches_no_policy():
+    w = make_loop_params(4)
+
+    def f(x, policy):
+        with rm.Tape(snapshots=2, policy=policy) as tape:
+            return tape.loop(loop_step(w), x, steps=7)
+
+    x, v = np.random.default_rng(13).standard_normal((2, 2, D))
+    want = rm.jvp(lambda x: f(x, None), (x,), (v,))[1]
+    assert np.array_equal(rm.jvp(lambda x: f(x, policies.save_everything), (x,), (v,))[1], want)
