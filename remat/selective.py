@@ -39,7 +39,8 @@ import weakref
 from collections import Counter
 from contextvars import ContextVar
 
-from . import backend
+from . import backend, guard
+from .tape import BackwardError, next_sequence
 
 OPEN = []
 """Every frame open now, in any thread: the ops' one test (empty: nothing to do)."""
@@ -162,12 +163,13 @@ class Kept:
     """What a first run kept: per position (op name, operands, output shape, output
     dtype), the kept outputs by position, and their operands' fingerprints."""
 
-    __slots__ = ("ops", "values", "fingerprints")
+    __slots__ = ("ops", "values", "fingerprints", "guards")
 
-    def __init__(self, ops, values, fingerprints):
+    def __init__(self, ops, values, fingerprints, guards):
         self.ops = ops
         self.values = values
         self.fingerprints = fingerprints
+        self.guards = guards  # position -> (remat.guard checks, sequence number when kept)
 
     def arrays(self):
         """The kept outputs (for byte accounting)."""
@@ -196,6 +198,7 @@ class Saving(Frame):
         self.ops = []
         self.values = {}
         self.fingerprints = {}
+        self.guards = {}
         self.made = {}  # id(output) -> (a weak reference to it, position), outputs not kept
 
     def seen(self, op, args, out, ran):
@@ -205,7 +208,7 @@ class Saving(Frame):
         if self.check and (keep or self.eager):
             self.fingerprints[position] = _fingerprint(args, self.full)
         if keep:
-            self.values[position] = out
+            self.keep(position, out)
             return
         try:
             ref = weakref.ref(out)
@@ -220,14 +223,20 @@ class Saving(Frame):
             return
         position = entry[1]
         if self.policy.ask(self.ops[position][0], name):
-            self.values[position] = array
+            self.keep(position, array)
             del self.made[id(array)]
+
+    def keep(self, position, array):
+        """Keep ``array``, the output at ``position``; should the user be handed its memory
+        (``y.data``) and write into it, the recomputation refuses it (remat.guard)."""
+        self.values[position] = array
+        self.guards[position] = (guard.checks((array,)) if guard.WATCHED else None, next_sequence())
 
     def kept(self):
         """What this run kept (once it is over)."""
         fingerprints = {p: self.fingerprints[p] for p in self.values} if self.check else None
         self.made = {}
-        return Kept(self.ops, self.values, fingerprints)
+        return Kept(self.ops, self.values, fingerprints, self.guards)
 
 
 class Reusing(Frame):
@@ -268,6 +277,15 @@ class Reusing(Frame):
                 op,
                 args,
                 "its first run gave it operands of the same shapes and dtypes but other values",
+            )
+        found, seq = self.kept.guards[position]
+        if guard.changed((value,), found, seq) is not None:
+            raise BackwardError(
+                f"backward through {self.where}: the output of `{name}` at op position "
+                f"{position} (shape {value.shape}), which its policy kept for the "
+                "recomputation, was changed in place after it was made (through .data, "
+                "np.asarray(t) or a view of them), so reusing it would give wrong gradients. "
+                "Change values only after backward, or out of place."
             )
         return value
 

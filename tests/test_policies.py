@@ -488,3 +488,34 @@ def test_forward_mode_through_a_loop_under_a_policy_matches_no_policy():
     x, v = np.random.default_rng(13).standard_normal((2, 2, D))
     want = rm.jvp(lambda x: f(x, None), (x,), (v,))[1]
     assert np.array_equal(rm.jvp(lambda x: f(x, policies.save_everything), (x,), (v,))[1], want)
+
+
+def test_a_kept_value_changed_in_place_is_refused():
+    w = rm.tensor(np.eye(2) * 0.5, requires_grad=True)
+    f = rm.checkpoint(lambda x: rm.tanh(x @ w), policy=policies.save_everything)
+    y = f(rm.tensor(np.ones((1, 2))))
+    y.data[0, 0] = 5.0  # y's array is the kept output of tanh
+    with pytest.raises(rm.BackwardError, match="`tanh` at op position 1.*changed in place"):
+        y.sum().backward()
+    z = f(rm.tensor(np.ones((1, 2))))
+    np.asarray(z.data).copy()  # handed out, not written: fine
+    z.sum().backward()
+    assert np.array_equal(w.grad, np.ones((2, 1)) @ (1 - np.tanh(np.full((1, 2), 0.5)) ** 2))
+
+
+def test_with_no_frame_open_an_op_never_reaches_the_selective_machinery(monkeypatch):
+    from remat import selective
+    from remat.ops import core
+
+    def refuse(*args):
+        raise AssertionError("evaluate was called")
+
+    monkeypatch.setattr(core, "evaluate", refuse)
+    assert selective.OPEN == []
+    x = rm.tensor(np.ones((2, 2)), requires_grad=True)
+    y = rm.softmax(rm.sin(x) @ x + 1.0).sum()  # make_unary, make_binary, unary and apply
+    y.backward()
+    with pytest.raises(AssertionError, match="evaluate was called"):
+        with rm.count_ops():
+            rm.sin(x)
+    assert selective.OPEN == []  # the counter closed on the way out
