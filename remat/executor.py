@@ -335,9 +335,10 @@ def saved_by(records, floor, inputs):
                 saved.append(a)
         if record.ans is not None:
             saved.append(record.ans)
-        kept = getattr(record.args[0], "kept", None) if record.args else None
-        if kept is not None:  # a checkpoint inside the step: what its policy kept
-            saved.extend(kept.arrays())
+        if record.op.custom_backward is not None:  # a checkpoint (or chain) inside the step
+            kept = getattr(record.args[0], "kept", None)
+            if kept is not None:  # what a checkpoint's policy kept
+                saved.extend(kept.arrays())
     return saved
 
 
@@ -505,10 +506,7 @@ class ChainRun:
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(getattr(tape, "byte_limit", None))  # Tape(memory=): its budget
-        # rm.Tape(policy=): step index -> what its first run kept (store-all recomputes none)
-        self.policy = getattr(tape, "recompute", None)
-        recomputes = self.policy is not None and not isinstance(schedule, schedules.StoreAll)
-        self.keeping = {} if recomputes else None
+        self.keeping = None  # a KeepingRun's: step index -> what its first run kept
         self.cotangent = None  # of x_position during the reverse sweep
         self.ys_cotangent = None
         self.xs_grads = None
@@ -526,28 +524,6 @@ class ChainRun:
 
     # -- evaluating steps --
     def call_step(self, i, arrays, taped):
-        """Evaluate step i (see evaluate_step), under ``rm.Tape(policy=)`` keeping what
-        the policy chooses the first time and reusing it later (remat.selective)."""
-        if self.keeping is None:
-            return self.evaluate_step(i, arrays, taped)
-        first = i == self.reached
-        kept = self.keeping.get(i)
-        if first:
-            frame = Saving(self.policy, self.check_values, self.full)
-        elif kept is not None:
-            frame = Reusing(kept, self.chain.name(i), ReplayError, self.full)
-        else:  # reversed already (a jvp after backward): nothing kept to reuse
-            return self.evaluate_step(i, arrays, taped)
-        with frame:
-            result = self.evaluate_step(i, arrays, taped)
-        if first:
-            kept = self.keeping[i] = frame.kept()  # held until step i is reversed
-            self.held.hold(kept.arrays())
-        else:
-            frame.finish()
-        return result
-
-    def evaluate_step(self, i, arrays, taped):
         """Evaluate step i on x_i's ``arrays``; returns (x_{i+1}'s arrays, inputs, outputs).
 
         Taped, the inputs are leaves (for the float components) so that the
@@ -935,6 +911,35 @@ class ChainRun:
         self.cotangent = self.outer_sweep = self.ys_cotangent = self.xs_grads = None
 
 
+class KeepingRun(ChainRun):
+    """A ChainRun under ``rm.Tape(policy=)`` (:mod:`remat.selective`): the first run of
+    each step keeps what the policy chooses, held (and counted) until the step is
+    reversed, and every later run of the step reuses it."""
+
+    def __init__(self, tape, *args):
+        super().__init__(tape, *args)
+        self.policy = tape.recompute
+        self.keeping = {}
+
+    def call_step(self, i, arrays, taped):
+        first = i == self.reached
+        kept = self.keeping.get(i)
+        if first:
+            frame = Saving(self.policy, self.check_values, self.full)
+        elif kept is not None:
+            frame = Reusing(kept, self.chain.name(i), ReplayError, self.full)
+        else:  # reversed already (a jvp after backward): nothing kept to reuse
+            return super().call_step(i, arrays, taped)
+        with frame:
+            result = super().call_step(i, arrays, taped)
+        if first:
+            kept = self.keeping[i] = frame.kept()  # released when step i is reversed
+            self.held.hold(kept.arrays())
+        else:
+            frame.finish()
+        return result
+
+
 # What carries out each action (a table of plain functions: bound methods kept on
 # the run would make a reference cycle, and hold the run until the cyclic GC).
 HANDLERS = {
@@ -971,7 +976,10 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
                 "the real and imaginary parts as two real leaves"
             )
     spec0 = Spec.of(tree0, x0)
-    run = ChainRun(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
+    # rm.Tape(policy=): the steps keep values for their recomputations (store-all has none)
+    keeps = getattr(tape, "recompute", None) is not None
+    kind = KeepingRun if keeps and not isinstance(schedule, schedules.StoreAll) else ChainRun
+    run = kind(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
     try:
         final, ys = run.run_forward()
     except BaseException:

@@ -65,7 +65,7 @@ from fractions import Fraction
 from numbers import Integral
 
 from . import backend, schedules
-from .executor import ChainRun, Holdings, Spec, leaves_of
+from .executor import ChainRun, Holdings, KeepingRun, Spec, leaves_of
 
 CACHE_SIZE = 32
 BLOCK_LIMIT = 64  # heterogeneous chains longer than this are planned over blocks
@@ -312,11 +312,10 @@ def measure_kept(tape, chain, state, steps, alike):
     """
     x0, x0_nodes, tree = leaves_of(state, "the initial state")
     rng = backend.random_state()
-    run = ChainRun(
+    run = KeepingRun(  # keeping as under a schedule that recomputes
         tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
     )
     run.held = Holdings()
-    run.keeping = {}  # keep as under a schedule that recomputes (store-all keeps nothing)
     try:
         run.advance(schedules.Advance(0, 1 if alike else steps))
         return run.held.bytes * (steps if alike else 1)
