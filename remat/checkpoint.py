@@ -28,6 +28,7 @@ import functools
 from . import backend, guard
 from .executor import (
     REPLAY_CAUSES,
+    Forward,
     ReplayError,
     Spec,
     StepTape,
@@ -83,6 +84,7 @@ def checkpoint(f=None, policy=None):
         arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments", copy_arrays=True)
         rng = backend.random_state()
         context = STEP.get()
+        forward = Forward()
         check = getattr(OPEN_TAPE.get(), "check_replay", True)
         saving = None if chosen is None else Saving(chosen, bool(check), check == "full")
         token = STEP.set(StepValue(name, None, context))  # what f makes is f's own
@@ -94,7 +96,7 @@ def checkpoint(f=None, policy=None):
             STEP.reset(token)
         if not out_arrays:
             raise TypeError(f"{name}: f must return Tensors (or a pytree of them), got {out!r}")
-        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context)
+        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context, forward)
         call.kept = None if saving is None else saving.kept()
         call.full = check == "full"
         call.fingerprints = fingerprint_all(out_arrays, call.full) if check else None
@@ -120,15 +122,17 @@ class Call:
         "fingerprints",
         "checks",
         "seq",
+        "forward",
         "kept",
     )
 
-    def __init__(self, f, name, tree, arrays, rng, spec, context):
+    def __init__(self, f, name, tree, arrays, rng, spec, context, forward):
         self.f, self.name, self.tree, self.arrays, self.rng = f, name, tree, arrays, rng
         self.spec = spec  # what f returned: checked when it is recomputed
         self.context = context  # the loop step the call ran inside, if any
         self.checks = guard.checks(arrays) if guard.WATCHED else None
         self.seq = next_sequence()
+        self.forward = forward  # what the values it read held then: checked at recompute
         self.kept = None  # what a policy kept of the first run (remat.selective.Kept)
 
     def held_arrays(self):
@@ -147,7 +151,7 @@ class Call:
         """The frame under which a recomputation reuses what was kept, or None."""
         if self.kept is None:
             return None
-        return Reusing(self.kept, self.name, ReplayError, self.full)
+        return Reusing(self.kept, self.name, ReplayError, self.full, self.forward.what_changed)
 
     def splice(self, nodes):
         """f evaluated again on its inputs themselves, recorded as ordinary records
@@ -179,7 +183,7 @@ class Call:
         if wrong is not None:
             raise ReplayError(
                 f"{self.name} was recomputed in backward and returned {wrong} than its first "
-                f"run. {REPLAY_CAUSES}"
+                f"run. {self.forward.what_changed() or REPLAY_CAUSES}"
             )
 
     def recompute(self, nodes, keep_records=False):
@@ -213,6 +217,7 @@ class Call:
         finally:
             STEP.reset(token)
             backend.set_random_state(rng)
+        self.forward.refuse_changed(records, self.name)
         if reusing is not None:
             reusing.finish()
         self.check_replay(out_tree, out_arrays)

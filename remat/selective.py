@@ -243,14 +243,17 @@ class Reusing(Frame):
     """A recomputation of what ``kept`` came from: its kept outputs are reused.
 
     ``where`` names the function or step in errors; ``error`` is the exception
-    class raised for a recomputation that does not match its first run.
+    class raised for a recomputation that does not match its first run;
+    ``cause()`` says why it may differ, if it knows (a value changed since the
+    forward), or None.
     """
 
     reuses = True
 
-    def __init__(self, kept, where, error, full=False):
+    def __init__(self, kept, where, error, full=False, cause=None):
         self.kept = kept
         self.where, self.error, self.full = where, error, full
+        self.cause = cause
         self.position = 0
 
     def reuse(self, op, args):
@@ -305,14 +308,17 @@ class Reusing(Frame):
         if self.position != len(self.kept.ops):
             raise self.error(
                 f"{self.where} was recomputed in backward and evaluated {self.position} ops, "
-                f"where its first run evaluated {len(self.kept.ops)}. {_BY_POSITION}"
+                f"where its first run evaluated {len(self.kept.ops)}. {self.why()}"
             )
 
     def mismatch(self, position, op, args, first):
         return self.error(
             f"{self.where} was recomputed in backward and evaluated `{op.name}` on operands "
-            f"{_text(_operands(args))} at op position {position}, where {first}. {_BY_POSITION}"
+            f"{_text(_operands(args))} at op position {position}, where {first}. {self.why()}"
         )
+
+    def why(self):
+        return (self.cause() if self.cause is not None else None) or _BY_POSITION
 
 
 _BY_POSITION = (

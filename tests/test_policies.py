@@ -519,3 +519,13 @@ def test_with_no_frame_open_an_op_never_reaches_the_selective_machinery(monkeypa
         with rm.count_ops():
             rm.sin(x)
     assert selective.OPEN == []  # the counter closed on the way out
+
+
+def test_a_parameter_updated_between_forward_and_backward_is_named_as_the_cause():
+    w = rm.tensor(np.eye(2) * 0.5, requires_grad=True)
+    f = rm.checkpoint(lambda x: rm.tanh(x @ w), policy=policies.save_ops("matmul"))
+    y = f(rm.tensor(np.ones((1, 2))))
+    with rm.no_grad():
+        w -= 0.1  # the kept product was made with the old value
+    with pytest.raises(rm.ReplayError, match="op position 0.*given a new value after the forward"):
+        y.sum().backward()
