@@ -359,6 +359,15 @@ def test_a_recomputation_with_other_shapes_or_fewer_ops_is_refused():
 
     calls.clear()
 
+    def casting(x):
+        calls.append(1)
+        return rm.sin(x.astype("float64" if len(calls) == 1 else "float32"))
+
+    y = rm.checkpoint(casting, policy=policies.save_ops("sin"))(x)
+    with pytest.raises(rm.ReplayError, match=r"`astype`.*dtype float64, this one .* dtype float32"):
+        y.sum().backward()
+    calls.clear()
+
     def shrinking(x):
         calls.append(1)
         h = rm.sin(x)
