@@ -25,7 +25,8 @@ order; every position is checked against the first run (op, shapes, dtypes),
 and the operands of a kept op against their fingerprints, so that a
 recomputation that drifted is refused (a ``ReplayError`` naming the function
 or step, the position, and what was expected and found) rather than mixed
-with the kept values.
+with the kept values.  A kept array whose memory was handed to the user
+(``y.data``) and written into since is refused too (:mod:`remat.guard`).
 
 A recomputation still evaluates every op that is not kept, even one whose
 result only feeds kept ones: remat runs the function eagerly and does not
