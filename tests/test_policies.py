@@ -538,3 +538,28 @@ def test_a_parameter_updated_between_forward_and_backward_is_named_as_the_cause(
         w -= 0.1  # the kept product was made with the old value
     with pytest.raises(rm.ReplayError, match="op position 0.*given a new value after the forward"):
         y.sum().backward()
+
+
+BLOCK_OPS = ["matmul", "swapaxes", "multiply", "softmax"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    kept=st.sets(st.sampled_from(BLOCK_OPS)),
+    named=st.booleans(),
+    batch=st.sampled_from([(), (2,)]),
+)
+def test_any_set_of_kept_ops_skips_exactly_those_and_keeps_the_gradients(kept, named, batch):
+    params = attention_params(14)
+    x0 = np.random.default_rng(15).standard_normal((*batch, T, D))
+    want, _ = attention_grads(attention, x0, params)
+    _, everything = attention_grads(rm.checkpoint(attention), x0, params)
+
+    def policy(op_name, value_name):
+        return op_name in kept or (named and value_name == "scores")
+
+    got, counts = attention_grads(rm.checkpoint(attention, policy=policy), x0, params)
+    assert same(got, want)
+    for op in BLOCK_OPS:
+        skipped = op in kept or (named and op == "multiply")  # the scores' scaling
+        assert counts[op] == (0 if skipped else everything[op])
