@@ -389,7 +389,10 @@ def saved_by(records, floor, inputs):
     input_ids = {id(node) for node in inputs}
     saved = []
     for record in records:
-        for a, node in zip(record.args, record.parents):
+        held = record.args
+        if record.op.custom_backward is not None:  # a checkpoint's record holds its Call
+            held = getattr(record.args[0], "arrays", held)
+        for a, node in zip(held, record.parents):
             inside = node is None or (
                 node.seq >= floor if isinstance(node, Record) else id(node) in input_ids
             )
@@ -397,10 +400,9 @@ def saved_by(records, floor, inputs):
                 saved.append(a)
         if record.ans is not None:
             saved.append(record.ans)
-        if record.op.custom_backward is not None:  # a checkpoint (or chain) inside the step
-            kept = getattr(record.args[0], "kept", None)
-            if kept is not None:  # what a checkpoint's policy kept
-                saved.extend(kept.arrays())
+        kept = getattr(record.args[0], "kept", None) if held is not record.args else None
+        if kept is not None:  # what a checkpoint's policy kept
+            saved.extend(kept.arrays())
     return saved
 
 

@@ -563,3 +563,17 @@ def test_any_set_of_kept_ops_skips_exactly_those_and_keeps_the_gradients(kept, n
     for op in BLOCK_OPS:
         skipped = op in kept or (named and op == "multiply")  # the scores' scaling
         assert counts[op] == (0 if skipped else everything[op])
+
+
+def test_a_checkpoint_inside_a_stored_step_counts_its_inputs_as_held():
+    w = make_loop_params(5)
+    peaks = {}
+    for kind in ("plain", "checkpointed"):
+        f = loop_step(w)
+        step = f if kind == "plain" else rm.checkpoint(f)
+        with rm.Tape() as tape:  # store-all: every step's tape is held at the end
+            tape.loop(step, rm.tensor(np.ones((2, D)), requires_grad=True), steps=10)
+        peaks[kind] = tape.stats.peak_bytes
+    state = 2 * D * 8
+    assert peaks["checkpointed"] == 10 * state  # each step's checkpoint holds its input
+    assert peaks["plain"] > peaks["checkpointed"]  # the plain tapes hold more
