@@ -24,7 +24,8 @@ of ``rm.OPS``: ``"matmul"``, ``"softmax"``, ...).  It is called once for every
 op evaluated in the first run, with ``value_name=None``, and once more for
 each ``rm.checkpoint_name(x, name)`` on a value the function made, with
 ``value_name=name`` and the name of the op that made ``x``; a value is kept
-if any call said True.
+if any call said True.  A policy that raises, or answers anything but a
+bool, stops the computation with a :class:`PolicyError`.
 
 Gradients are the same under every policy, bit for bit (the kept values are
 exactly what the ops would compute again).  What a policy keeps is held from
@@ -48,6 +49,17 @@ step is reversed).  ``rm.count_ops()`` shows which ops ran again.
 from __future__ import annotations
 
 from .ops import OPS
+from .selective import PolicyError
+
+__all__ = [
+    "Policy",
+    "PolicyError",
+    "resolve",
+    "save_everything",
+    "save_names",
+    "save_nothing",
+    "save_ops",
+]
 
 
 class Policy:
@@ -73,16 +85,6 @@ class Policy:
 
     def __call__(self, op_name, value_name):
         return self.decide(op_name, value_name)
-
-    def ask(self, op_name, value_name):
-        """The answer, checked to be a bool."""
-        answer = self.decide(op_name, value_name)
-        if answer is not True and answer is not False:
-            raise TypeError(
-                f"policy {self.text} returned {answer!r} for op {op_name!r} (value name "
-                f"{value_name!r}); a policy returns True (keep the value) or False"
-            )
-        return answer
 
     def __repr__(self):
         return self.text

@@ -43,6 +43,11 @@ from contextvars import ContextVar
 from . import backend, guard
 from .tape import BackwardError, next_sequence
 
+
+class PolicyError(RuntimeError):
+    """A policy raised, or answered something other than a bool, for an op."""
+
+
 OPEN = []
 """Every frame open now, in any thread: the ops' one test (empty: nothing to do)."""
 
@@ -205,7 +210,7 @@ class Saving(Frame):
     def seen(self, op, args, out, ran):
         position = len(self.ops)
         self.ops.append((op.name, _operands(args), tuple(out.shape), str(out.dtype)))
-        keep = self.policy.ask(op.name, None)
+        keep = self.ask(op.name, None)
         if self.check and (keep or self.eager):
             self.fingerprints[position] = _fingerprint(args, self.full)
         if keep:
@@ -223,9 +228,26 @@ class Saving(Frame):
         if entry is None or entry[0]() is not array:  # not made by an op inside this run
             return
         position = entry[1]
-        if self.policy.ask(self.ops[position][0], name):
+        if self.ask(self.ops[position][0], name):
             self.keep(position, array)
             del self.made[id(array)]
+
+    def ask(self, op_name, value_name):
+        """The policy's answer, a bool; anything else it gives or raises is a PolicyError
+        (never mistaken for the op's own errors about its operands)."""
+        try:
+            answer = self.policy(op_name, value_name)
+        except Exception as error:
+            raise PolicyError(
+                f"policy {self.policy!r} raised {type(error).__name__} for op {op_name!r} "
+                f"(value name {value_name!r}): {error}"
+            ) from error
+        if answer is not True and answer is not False:
+            raise PolicyError(
+                f"policy {self.policy!r} returned {answer!r} for op {op_name!r} (value name "
+                f"{value_name!r}); a policy returns True (keep the value) or False"
+            )
+        return answer
 
     def keep(self, position, array):
         """Keep ``array``, the output at ``position``; should the user be handed its memory

@@ -407,8 +407,14 @@ def test_policies_are_checked():
     assert policies.save_ops("matmul") == policies.save_ops("matmul")  # one cached plan
     assert policies.save_ops("matmul") != policies.save_ops("tanh")
     f = rm.checkpoint(lambda x: rm.sin(x), policy=lambda op, name: None)
-    with pytest.raises(TypeError, match="returned None for op 'sin'.*True .* or False"):
+    with pytest.raises(policies.PolicyError, match="returned None for op 'sin'.*True .* or F"):
         f(rm.tensor([1.0], requires_grad=True))
+
+    def failing(op_name, value_name):
+        raise ValueError("no such rule")
+
+    with pytest.raises(policies.PolicyError, match="failing raised ValueError for op 'sin'"):
+        rm.checkpoint(lambda x: rm.sin(x), policy=failing)(rm.tensor([1.0]))
     assert repr(policies.save_ops("matmul", "einsum")) == "save_ops('matmul', 'einsum')"
     assert policies.save_names("a")("add", "a") is True
     assert policies.save_everything("add", None) is True
