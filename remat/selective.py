@@ -181,9 +181,6 @@ class Kept:
         """The kept outputs (for byte accounting)."""
         return list(self.values.values())
 
-    def nbytes(self):
-        return sum(backend.nbytes(a) for a in {id(a): a for a in self.values.values()}.values())
-
 
 class Saving(Frame):
     """The first run of a checkpointed function or step under ``policy``.
