@@ -213,6 +213,8 @@ class Saving(Frame):
         if keep:
             self.keep(position, out)
             return
+        if not self.policy.by_name:  # it never keeps a value for its name: none to find
+            return
         try:
             ref = weakref.ref(out)
         except TypeError:  # an array type without weak references: held until the run ends
