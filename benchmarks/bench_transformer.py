@@ -8,10 +8,12 @@
    model written in torch with remat's weights, so that both compute the
    same values.  Each library runs without checkpointing, with every block
    checkpointed (``rm.checkpoint``; ``torch.utils.checkpoint.checkpoint``,
-   non-reentrant) and selectively: torch with
-   ``create_selective_checkpoint_contexts`` saving every matrix product
-   (``aten.mm``, ``aten.addmm``, ``aten.bmm``: the projections and the two
-   attention products) and recomputing the rest.  Times are medians of
+   non-reentrant) and selectively, twice: keeping every matrix product
+   (remat ``policy=rm.policies.save_ops("matmul", "einsum")``, torch's
+   ``create_selective_checkpoint_contexts`` saving ``aten.mm``, ``aten.addmm``
+   and ``aten.bmm``), and keeping only the projections, so that the attention
+   scores are recomputed (remat ``save_ops("matmul")``; torch saving ``aten.mm``
+   and ``aten.addmm``: its ``einsum`` runs as ``bmm``).  Times are medians of
    interleaved repeats on one thread; memory is the peak RSS of a fresh
    process minus that of a matched process that does everything but the
    measured forward + backward (see benchmarks/README.md), as
@@ -45,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 import remat as rm
+from remat.blockwise import POLICIES
 from remat.workloads import transformer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,21 +79,24 @@ class Config:
 TINY = Config(1, 8, 2, 4, 1)  # the warm-up call of a fresh process
 
 # --- the contenders -------------------------------------------------------------------
-REMAT_MODES = {  # label -> how each block is wrapped (None: not at all)
+REMAT_MODES = {  # label -> how each block is wrapped (None: not at all; see remat.blockwise)
     "remat, no checkpointing": None,
     "remat rm.checkpoint per block": "checkpoint",
+    'remat per block, save_ops("matmul", "einsum")': "dots",
+    'remat per block, save_ops("matmul")': "selective",
 }
-TORCH_MODES = {
+TORCH_MODES = {  # label -> the aten ops a selective checkpoint saves ("all": a plain one)
     "torch, no checkpointing": None,
-    "torch checkpoint per block": "checkpoint",
-    "torch selective (save mm, addmm, bmm)": "selective",
+    "torch checkpoint per block": "all",
+    "torch selective (save mm, addmm, bmm)": ("mm", "addmm", "bmm"),
+    "torch selective (save mm, addmm)": ("mm", "addmm"),
 }
 
 
 def remat_runner(config, mode):
     """One forward + backward: returns the parameters' gradients."""
     workload = config.workload()
-    wrap = None if mode is None else rm.checkpoint
+    wrap = None if mode is None else (lambda f: rm.checkpoint(f, policy=POLICIES[mode]))
 
     def run():
         for p in workload.params:
@@ -116,8 +122,8 @@ def torch_runner(config, mode):
     causal = torch.triu(torch.full((t, t), -math.inf, dtype=params[0].dtype), diagonal=1)
     table, position, ln_w, ln_b = params[0], params[1], params[-2], params[-1]
     blocks = [params[2 + 11 * k : 13 + 11 * k] for k in range(config.steps)]
-    aten = torch.ops.aten
-    saved = [aten.mm.default, aten.addmm.default, aten.bmm.default]
+    if isinstance(mode, tuple):
+        saved = [getattr(torch.ops.aten, name).default for name in mode]
 
     def block(h, p):
         ln1_w, ln1_b, w_qkv, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2 = p
@@ -132,7 +138,7 @@ def torch_runner(config, mode):
     def apply(h, p):
         if mode is None:
             return block(h, p)
-        if mode == "checkpoint":
+        if mode == "all":
             return checkpoint(block, h, p, use_reentrant=False)
         return checkpoint(
             block,
@@ -261,6 +267,8 @@ def bench_torch(config, repeats, rss_repeats):
 
 PAIRS = (  # (remat's label, torch's label) compared in the verdicts
     ("remat rm.checkpoint per block", "torch checkpoint per block"),
+    ('remat per block, save_ops("matmul", "einsum")', "torch selective (save mm, addmm, bmm)"),
+    ('remat per block, save_ops("matmul")', "torch selective (save mm, addmm)"),
 )
 
 

@@ -24,7 +24,9 @@
 #
 # 1. without checkpointing;
 # 2. with `rm.checkpoint` around every block;
-# 3. with every block checkpointed selectively (see the marked section below);
+# 3. with every block checkpointed selectively: `rm.checkpoint(block,
+#    policy=rm.policies.save_ops("matmul"))` keeps the outputs of the block's matrix
+#    products, so that backward evaluates only the cheap rest again;
 # 4. as `tape.chain` over the blocks under a budget: revolve with a few slots, and the
 #    optimal plan for budgets in bytes.
 #
@@ -93,39 +95,78 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## Per block, and revolve over the blocks
+# ## Every way, measured side by side
 #
 # `remat.blockwise.measure` runs each mode on the same model: memory is the tracemalloc
 # peak of a whole forward and backward (gradients included), in a run of its own; time
 # is the median of runs without tracemalloc, the modes interleaved; block evaluations
-# are counted by wrapping the blocks. `remat compare --workload transformer` prints the
-# same table.
+# are counted by wrapping the blocks, and the ops evaluated during backward by
+# `rm.count_ops()`. `remat compare --workload transformer` prints the same table.
+# Besides `save_ops("matmul")`, the mode `dots` keeps every product,
+# `save_ops("matmul", "einsum")` (JAX's `dots_saveable`): here that is about as much as
+# no checkpointing holds, since the attention scores are products too.
 
 # %%
 SNAPSHOTS = 2
-rows = blockwise.measure(model, SNAPSHOTS, repeats=5)
-print(f"{'mode':<34}{'block evals':>12}{'traced MiB':>11}{'memory':>8}{'time':>7}")
+MODES = ("none", "checkpoint", "selective", "dots", "revolve")
+rows = blockwise.measure(model, SNAPSHOTS, repeats=5, modes=MODES)
+print(f"{'mode':<11}{'block evals':>12}{'matmul':>7}{'einsum':>7}{'softmax':>8}{'all ops':>8}"
+      f"{'traced MiB':>11}{'memory':>8}{'time':>7}")
 for row in rows:
-    print(f"{row['label']:<34}{row['block_evaluations']:>12}"
+    ops = row["recomputed_ops"]
+    print(f"{row['mode']:<11}{row['block_evaluations']:>12}{ops.get('matmul', 0):>7}"
+          f"{ops.get('einsum', 0):>7}{ops.get('softmax', 0):>8}{sum(ops.values()):>8}"
           f"{row['traced_peak_bytes'] / MiB:>11.3f}{row['memory_ratio']:>7.3f}x"
           f"{row['time_ratio']:>6.2f}x  {'bit-identical' if row['bit_identical'] else 'DIFFER'}")
+for row in rows:
+    print(f"  {row['mode']}: {row['label']}")
 modes = {row["mode"]: row for row in rows}
+n = SIZES["steps"]
 assert all(row["bit_identical"] for row in rows)
-assert modes["checkpoint"]["block_evaluations"] == 2 * SIZES["steps"]
-assert modes["revolve"]["block_evaluations"] == schedules.optimal_forward_steps(
-    SIZES["steps"], SNAPSHOTS)
-assert modes["checkpoint"]["traced_peak_bytes"] < 0.6 * modes["none"]["traced_peak_bytes"]
+assert modes["checkpoint"]["block_evaluations"] == 2 * n
+assert modes["revolve"]["block_evaluations"] == schedules.optimal_forward_steps(n, SNAPSHOTS)
+assert modes["checkpoint"]["recomputed_ops"]["matmul"] == 4 * n  # 4 projections a block
+selective = modes["selective"]["recomputed_ops"]
+assert "matmul" not in selective and selective["softmax"] == selective["einsum"] / 2 == n
+assert "einsum" not in modes["dots"]["recomputed_ops"]
+traced = {mode: row["traced_peak_bytes"] for mode, row in modes.items()}
+assert traced["checkpoint"] < traced["selective"] < traced["dots"]
+assert traced["selective"] < 0.8 * traced["none"]
 
 # %% [markdown]
-# ## Selective recomputation
+# ## The attention memory that selective recomputation gives back
 #
-# **Placeholder: this section waits for `rm.policies` (issue 13's policies, built in
-# parallel).** Once `rm.checkpoint(f, policy=rm.policies.save_ops("matmul"))` is on main,
-# it measures the third mode here: every block checkpointed, but the outputs of its
-# `matmul`s (the projections) kept, so that backward evaluates no matmul again and
-# recomputes only the attention core, the layer norms and the GELU (counted with
-# `rm.count_ops()`); and the score memory this gives back against keeping every
-# product (`save_ops("matmul", "einsum")`).
+# What each mode holds between the forward and the backward is what its records save
+# (`tape.saved_bytes()` right after the forward; a checkpoint's record counts the
+# values its policy kept). Keeping the `einsum`s too (`dots`) holds, per block, the
+# `(batch, heads, context, context)` scores and the `(batch, heads, context, head)`
+# weighted sum; `save_ops("matmul")` gives exactly that back and pays with evaluating the
+# attention core again.
+
+# %%
+held = {}
+for mode in ("none", "checkpoint", "selective", "dots"):
+    policy = blockwise.POLICIES.get(mode, "no checkpoint")
+    wrap = None if mode == "none" else (lambda f, p=policy: rm.checkpoint(f, policy=p))
+    with rm.Recorder() as tape:
+        model.run_layers(wrap)
+    held[mode] = tape.saved_bytes()
+head = SIZES["width"] // H
+attention = n * (B * H * T * T + B * H * T * head) * 8  # scores and weighted sums, float64
+for mode, nbytes in held.items():
+    print(f"{modes[mode]['label']:<48}{nbytes / KiB:>9.0f} KiB held after the forward")
+print(f"given back by save_ops('matmul') against save_ops('matmul', 'einsum'): "
+      f"{(held['dots'] - held['selective']) / KiB:.0f} KiB = {n} blocks x (scores + sums)")
+assert held["dots"] - held["selective"] == attention
+
+fig, ax = plt.subplots(figsize=(7, 3))
+order = ["none", "dots", "selective", "checkpoint"]
+ax.barh([modes[m]["label"] for m in order], [held[m] / MiB for m in order],
+        color=["tab:gray", "tab:purple", "tab:red", "tab:orange"])
+ax.set_xlabel("MiB held between forward and backward")
+ax.set_title(f"{n} blocks; dots - selective = the attention scores and sums")
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## The budget curve
@@ -152,7 +193,7 @@ def traced(make_tape):
     return peak, stats
 
 
-def timed(makers, repeats=5):
+def timed(makers, repeats=7):
     """Median wall time of each maker's run, the makers interleaved round-robin."""
     seconds = {key: [] for key in makers}
     for _ in range(repeats):
@@ -193,7 +234,10 @@ assert curve[0]["forward_steps"] > curve[-1]["forward_steps"]
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.plot([p["traced"] / MiB for p in curve], [p["seconds"] / base_seconds for p in curve],
         "o-", color="tab:blue", label="rm.Tape(memory=b): optimal plan")
-for row, marker, color in zip(rows, "s^D", ("tab:gray", "tab:orange", "tab:red")):
+markers = dict(none=("s", "tab:gray"), checkpoint=("^", "tab:orange"),
+               selective=("v", "tab:red"), dots=("P", "tab:purple"), revolve=("D", "tab:green"))
+for row in rows:
+    marker, color = markers[row["mode"]]
     ax.plot(row["traced_peak_bytes"] / MiB, row["time_ratio"], marker, color=color, ms=9,
             label=row["label"])
 ax.set_xlabel("tracemalloc peak of forward + backward (MiB)")
@@ -205,6 +249,11 @@ plt.show()
 
 # %% [markdown]
 # The curve trades memory for recomputation one block at a time; per-block
-# checkpointing sits on it where every block input is kept. Within a block, only
-# selective recomputation can go further, keeping the cheap-to-keep products and
-# recomputing the large, cheap-to-redo attention core.
+# checkpointing sits near it where every block input is kept. Selective recomputation
+# works inside the blocks instead: it keeps the products, which are costly to compute,
+# and recomputes the large, cheap attention scores and elementwise ops, landing
+# between per-block checkpointing and none in memory. In time it does not pay here: on
+# a model this small every op is cheap, so skipping four matmuls a block saves less
+# than the policy's bookkeeping costs, and it runs slower than recomputing the whole
+# block (`python -m benchmarks transformer` measures a larger model). Its memory
+# effect, measured exactly above, is what carries over.

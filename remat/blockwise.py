@@ -6,12 +6,21 @@ that is a chain of blocks (a transformer: one block per layer) is run as
 * ``none``: the blocks called one after the other, nothing checkpointed;
 * ``checkpoint``: every block wrapped in ``rm.checkpoint``, so that only the
   blocks' inputs are kept and each block runs again in backward;
+* ``selective``: every block wrapped in
+  ``rm.checkpoint(f, policy=rm.policies.save_ops("matmul"))``, so that the
+  outputs of its matrix products are kept too, and backward evaluates only
+  the rest of the block again (the attention scores, softmax, layer norms and
+  GELU of the transformer);
+* ``dots`` (not in the default :data:`MODES`): the same with
+  ``save_ops("matmul", "einsum")``, keeping every product, as JAX's
+  ``dots_saveable``;
 * ``revolve``: the blocks as ``tape.chain`` on ``rm.Tape(snapshots=s)``, so
   that at most ``s`` block inputs are kept and the binomial schedule decides
   what runs again.
 
 Each run counts how often the blocks were evaluated (by wrapping them, so it
-is measured, not taken from a model), its memory is the tracemalloc peak of
+is measured, not taken from a model) and which ops backward evaluated again
+(``rm.count_ops``), its memory is the tracemalloc peak of
 a separate run, its time the median of runs without tracemalloc with the
 modes interleaved, and its gradients must equal those of ``none`` bit for
 bit.
@@ -27,12 +36,22 @@ import tracemalloc
 from . import schedules
 from .budget import Tape
 from .checkpoint import checkpoint
+from .policies import save_ops
+from .selective import count_ops
 
-MODES = ("none", "checkpoint", "revolve")
+MODES = ("none", "checkpoint", "selective", "revolve")
+
+POLICIES = {  # the modes that checkpoint every block, and their policies
+    "checkpoint": None,
+    "selective": save_ops("matmul"),
+    "dots": save_ops("matmul", "einsum"),
+}
 
 LABELS = {
     "none": "no checkpointing",
     "checkpoint": "rm.checkpoint per block",
+    "selective": 'per block, policy=save_ops("matmul")',
+    "dots": 'per block, policy=save_ops("matmul", "einsum")',
     "revolve": "revolve over the blocks",
 }
 
@@ -49,9 +68,14 @@ class _Counted:
         return self.f(h)
 
 
-def run_mode(workload, mode, snapshots):
+def _wrapper(policy):
+    return lambda f: checkpoint(f, policy=policy)
+
+
+def run_mode(workload, mode, snapshots, count=False):
     """One forward + backward of ``workload`` in ``mode``: a dict of what it gave
-    (loss, grads, block evaluations, tape.stats for revolve)."""
+    (loss, grads, block evaluations, tape.stats for revolve, and with ``count``
+    the ops evaluated during backward, ``rm.count_ops``)."""
     counter = [0]
     layers = workload.step
     workload.step = [_Counted(f, counter) for f in layers]
@@ -63,8 +87,14 @@ def run_mode(workload, mode, snapshots):
             tape = Tape(snapshots=snapshots)
             loss = workload.run(tape)
         else:
-            loss = workload.run_layers(checkpoint if mode == "checkpoint" else None)
-        loss.backward()
+            loss = workload.run_layers(_wrapper(POLICIES[mode]) if mode in POLICIES else None)
+        ops = None
+        if count:
+            with count_ops() as counted:
+                loss.backward()
+            ops = dict(counted)
+        else:
+            loss.backward()
         if mode == "revolve":
             stats = tape.stats
     finally:
@@ -74,6 +104,7 @@ def run_mode(workload, mode, snapshots):
         grads=[p.grad for p in workload.params],
         block_evaluations=counter[0],
         stats=stats,
+        recomputed_ops=ops,
     )
 
 
@@ -85,8 +116,8 @@ def _bit_identical(grads, reference):
     return all(g.dtype == r.dtype and (g == r).all() for g, r in zip(grads, reference))
 
 
-def measure(workload, snapshots, repeats=3):
-    """Every mode of :data:`MODES` on ``workload`` (a chain, e.g.
+def measure(workload, snapshots, repeats=3, modes=MODES):
+    """Every mode of ``modes`` (``"none"`` first) on ``workload`` (a chain, e.g.
     ``remat.workloads.transformer()``): a list of rows (dicts).
 
     One run per mode under tracemalloc first (memory; it also warms up), then
@@ -99,24 +130,27 @@ def measure(workload, snapshots, repeats=3):
         )
     if workload.form != "chain":
         raise ValueError(f"{workload.name} is a {workload.form}, not a chain of blocks")
+    if modes[0] != "none" or not set(modes) <= set(LABELS):
+        raise ValueError(f"modes {modes!r}: start with 'none', then any of {', '.join(LABELS)}")
     steps = workload.steps
     first, traced = {}, {}
-    for mode in MODES:
+    for mode in modes:
         gc.collect()
         tracemalloc.start()
         try:
             base = tracemalloc.get_traced_memory()[0]
-            first[mode] = run_mode(workload, mode, snapshots)
+            first[mode] = run_mode(workload, mode, snapshots, count=True)
             traced[mode] = tracemalloc.get_traced_memory()[1] - base
         finally:
             tracemalloc.stop()
     reference = first["none"]["grads"]
-    identical = {m: _bit_identical(first[m]["grads"], reference) for m in MODES}
-    diffs = {m: _max_diff(first[m]["grads"], reference) for m in MODES}
-    seconds = {m: [] for m in MODES}
+    identical = {m: _bit_identical(first[m]["grads"], reference) for m in modes}
+    diffs = {m: _max_diff(first[m]["grads"], reference) for m in modes}
+    seconds = {m: [] for m in modes}
+    modes = tuple(modes)
     for round_ in range(repeats):
-        shift = round_ % len(MODES)
-        for mode in MODES[shift:] + MODES[:shift]:
+        shift = round_ % len(modes)
+        for mode in modes[shift:] + modes[:shift]:
             gc.collect()
             start = time.perf_counter()
             done = run_mode(workload, mode, snapshots)
@@ -125,7 +159,7 @@ def measure(workload, snapshots, repeats=3):
             diffs[mode] = max(diffs[mode], _max_diff(done["grads"], reference))
     base_seconds = statistics.median(seconds["none"])
     rows = []
-    for mode in MODES:
+    for mode in modes:
         row = first[mode]
         stats = row["stats"]
         rows.append(
@@ -135,6 +169,7 @@ def measure(workload, snapshots, repeats=3):
                 blocks=steps,
                 block_evaluations=row["block_evaluations"],
                 recomputed_blocks=row["block_evaluations"] - steps,
+                recomputed_ops=row["recomputed_ops"],
                 optimum=(
                     schedules.optimal_forward_steps(steps, snapshots) if mode == "revolve" else None
                 ),

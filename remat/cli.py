@@ -19,8 +19,10 @@ beside what the plan predicts from the measured costs, with the bytes held
 
 ``remat compare --workload transformer`` compares ways of checkpointing a
 chain of blocks instead (:mod:`remat.blockwise`): no checkpointing,
-``rm.checkpoint`` around every block, and revolve over the blocks, with the
-memory, time, blocks evaluated again and gradient agreement of each.
+``rm.checkpoint`` around every block, the same with
+``policy=rm.policies.save_ops("matmul")``, and revolve over the blocks, with
+the memory, time, blocks and ops evaluated again and gradient agreement of
+each.
 
 ``remat schedule`` prints a schedule's actions and totals and can draw it.
 
@@ -518,6 +520,7 @@ BLOCKS_PUBLIC = (
     "blocks",
     "block_evaluations",
     "recomputed_blocks",
+    "recomputed_ops",
     "optimum",
     "traced_peak_bytes",
     "memory_ratio",
@@ -529,6 +532,9 @@ BLOCKS_PUBLIC = (
     "bit_identical",
     "loss",
 )
+
+
+OP_COLUMNS = (("matmul", 6), ("einsum", 6), ("softmax", 7))  # recomputed ops shown
 
 
 def compare_blocks(args, out):
@@ -551,8 +557,9 @@ def compare_blocks(args, out):
             method=(
                 f"seconds: median of {args.repeats} runs per mode without tracemalloc, modes "
                 "interleaved; traced_peak_bytes: one separate run per mode under tracemalloc; "
-                "block_evaluations: counted by wrapping each block; gradients compared bit for "
-                "bit with no checkpointing"
+                "block_evaluations: counted by wrapping each block; recomputed_ops: op "
+                "evaluations during backward (rm.count_ops); gradients compared bit for bit "
+                "with no checkpointing"
             ),
             rows=public,
             failures=failures,
@@ -563,26 +570,31 @@ def compare_blocks(args, out):
     elif args.format == "csv":
         for row in public:
             row["seconds_runs"] = " ".join(f"{s:.6f}" for s in row["seconds_runs"])
+            row["recomputed_ops"] = " ".join(f"{k}={v}" for k, v in row["recomputed_ops"].items())
         _write_csv(public, out)
     else:
         lines = [
             f"workload {args.workload} ({description})",
             "",
-            f"{'mode':<11} {'block evals':>11} {'recomputed':>10} {'traced MiB':>10} "
-            f"{'memory':>7} {'time s':>7} {'time':>6} {'gradients':>13}",
+            f"{'mode':<11} {'block evals':>11} {'matmul':>6} {'einsum':>6} {'softmax':>7} "
+            f"{'all ops':>7} {'traced MiB':>10} {'memory':>7} {'time s':>7} {'time':>6} "
+            f"{'gradients':>13}",
         ]
         for row in rows:
+            ops = row["recomputed_ops"]
             lines.append(
                 f"{row['mode']:<11} {row['block_evaluations']:>11} "
-                f"{row['recomputed_blocks']:>10} {row['traced_peak_bytes'] / MiB:>10.3f} "
+                + "".join(f" {ops.get(op, 0):>{w}}" for op, w in OP_COLUMNS)
+                + f" {sum(ops.values()):>7} {row['traced_peak_bytes'] / MiB:>10.3f} "
                 f"{row['memory_ratio']:>6.3f}x {row['seconds']:>7.3f} {row['time_ratio']:>5.2f}x "
                 f"{'bit-identical' if row['bit_identical'] else 'DIFFER':>13}"
             )
         lines += [""] + [f"{row['mode']}: {row['label']}" for row in rows]
         lines += [
             "",
-            "block evals: evaluations of the blocks, counted; recomputed: those beyond one per "
-            "block; traced MiB: tracemalloc peak of the whole forward + backward, in a separate "
+            "block evals: evaluations of the blocks, counted; matmul, einsum, softmax, all ops: "
+            "evaluations of those ops during backward (rm.count_ops), what was computed again; "
+            "traced MiB: tracemalloc peak of the whole forward + backward, in a separate "
             "run; memory and time: ratios to no checkpointing; time s: median of "
             f"{args.repeats} runs without tracemalloc, modes interleaved; gradients: compared "
             "bit for bit with no checkpointing.",

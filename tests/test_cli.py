@@ -382,6 +382,16 @@ def test_compare_transformer_runs_every_mode_bit_identically(capsys):
     assert all(row["bit_identical"] and row["max_grad_diff"] == 0 for row in rows.values())
     assert rows["none"]["block_evaluations"] == 4 and rows["none"]["recomputed_blocks"] == 0
     assert rows["checkpoint"]["block_evaluations"] == 8  # each block once more in backward
+    assert rows["selective"]["block_evaluations"] == 8
+    # each block has 4 matmuls (projections), 2 einsums and a softmax (attention)
+    assert rows["none"]["recomputed_ops"] == {}
+    assert rows["checkpoint"]["recomputed_ops"]["matmul"] == 16
+    assert rows["checkpoint"]["recomputed_ops"]["einsum"] == 8
+    selective = rows["selective"]["recomputed_ops"]
+    assert "matmul" not in selective and selective["einsum"] == 8 and selective["softmax"] == 4
+    assert rows["revolve"]["recomputed_ops"]["softmax"] == rows["revolve"]["recomputed_blocks"]
+    held = {mode: row["traced_peak_bytes"] for mode, row in rows.items()}
+    assert held["checkpoint"] < held["selective"] < held["none"]
     assert rows["revolve"]["block_evaluations"] == schedules.optimal_forward_steps(4, 3)
     assert rows["revolve"]["tape_peak_bytes"] > 0
     assert rows["checkpoint"]["traced_peak_bytes"] < rows["none"]["traced_peak_bytes"]
@@ -394,6 +404,7 @@ def test_compare_transformer_table_defaults_to_eight_blocks():
     assert "8 blocks of width 32" in result.stdout
     modes = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line}
     assert int(modes["none"][1]) == 8 and int(modes["checkpoint"][1]) == 16
+    assert modes["selective"][2:5] == ["0", "16", "8"]  # matmul, einsum, softmax again
     assert int(modes["revolve"][1]) == schedules.optimal_forward_steps(8, 3)
     assert "gradients bit-identical to no checkpointing in every mode" in result.stdout
 
@@ -401,8 +412,8 @@ def test_compare_transformer_table_defaults_to_eight_blocks():
 def test_compare_transformer_fails_when_a_gradient_differs(monkeypatch, capsys):
     real = blockwise.run_mode
 
-    def tampered(workload, mode, snapshots):
-        done = real(workload, mode, snapshots)
+    def tampered(workload, mode, snapshots, **kwargs):
+        done = real(workload, mode, snapshots, **kwargs)
         if mode == "checkpoint":
             done["grads"] = [g * (1 + 2**-52) for g in done["grads"]]  # one ulp off
         return done
