@@ -241,12 +241,13 @@ def torch_labels():
     return list(TORCH_MODES), f"torch {torch.__version__}, {torch.get_num_threads()} thread"
 
 
-def bench_torch(config, repeats, rss_repeats):
+def bench_torch(config, repeats, rss_repeats, rss_torch):
     t_labels, note = torch_labels()
     labels = list(REMAT_MODES) + t_labels
     check_gradients(labels)
     times = side_by_side({label: runner(label, config) for label in labels}, repeats)
-    rss = rss_memory(labels, config, rss_repeats)
+    measured = list(REMAT_MODES) + (t_labels if rss_torch else [])
+    rss = dict.fromkeys(labels, math.nan) | rss_memory(measured, config, rss_repeats)
     rows, figures = [], {}
     for label in labels:
         base = next(iter(REMAT_MODES if label in REMAT_MODES else TORCH_MODES))
@@ -257,7 +258,7 @@ def bench_torch(config, repeats, rss_repeats):
                 label,
                 f"{times[label]:.3f}",
                 f"{times[label] / times[base]:.2f}",
-                f"{rss[label]:.1f}",
+                "-" if math.isnan(rss[label]) else f"{rss[label]:.1f}",
                 "-" if math.isnan(memory) else f"{memory:.3f}",
             )
         )
@@ -368,18 +369,19 @@ class Sizes:
     config: Config
     repeats: int
     rss_repeats: int
+    rss_torch: bool  # whether torch's peak RSS is measured (a fresh torch process takes seconds)
     chen: tuple  # blocks, width, batch
     chen_repeats: int
 
 
-FULL = Sizes(Config(8, 256, 4, 256, 4), 5, 2, (1000, 32, 256), 5)
-QUICK = Sizes(Config(2, 16, 2, 8, 2), 1, 1, (16, 8, 4), 1)
+FULL = Sizes(Config(8, 256, 4, 256, 4), 5, 2, True, (1000, 32, 256), 5)
+QUICK = Sizes(Config(2, 16, 2, 8, 2), 1, 1, False, (16, 8, 4), 1)
 
 
 def run(quick=False):
     z = QUICK if quick else FULL
     c = z.config
-    text, note = bench_torch(c, z.repeats, z.rss_repeats)
+    text, note = bench_torch(c, z.repeats, z.rss_repeats, z.rss_torch)
     blocks, width, batch = z.chen
     return "\n".join(
         [
@@ -392,7 +394,7 @@ def run(quick=False):
             "",
             f"{note}. Ratios are to the same library without checkpointing; times are "
             f"medians of {z.repeats} interleaved repeats, peak RSS the median of "
-            f"{z.rss_repeats} fresh processes each.",
+            f"{z.rss_repeats} fresh processes each" + ("." if z.rss_torch else " (remat only)."),
             "",
             text,
             "",
