@@ -267,3 +267,34 @@ def test_gelu_backward_keeps_few_temporaries():
     t = np.tanh(c * (v + a * v**3))
     want = 0.5 * (1 + t) + 0.5 * v * (1 - t**2) * c * (1 + 3 * a * v**2)  # d gelu / dx
     np.testing.assert_allclose(x.grad, want, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype", [(np.float32, np.float64), (np.float64, np.float32)])
+def test_layer_norm_and_softmax_keep_numpys_result_dtype(x_dtype, w_dtype):
+    # the primitives work in place on arrays; mixing dtypes must still promote as NumPy does
+    x = rm.tensor(r(3, 4).astype(x_dtype), requires_grad=True)
+    w = rm.tensor(r(4).astype(w_dtype), requires_grad=True)
+    b = r(4).astype(w_dtype)
+    y = rm.layer_norm(x, w, b)
+    assert y.dtype == np.result_type(x_dtype, w_dtype)
+    want = numpy_layer_norm(*(a.astype(np.float64) for a in (x.numpy(), w.numpy(), b)), (1,), 1e-5)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    (y * rm.tensor(r(3, 4))).sum().backward()
+    assert x.grad.dtype == x_dtype and w.grad.dtype == w_dtype
+    assert rm.softmax(x).dtype == x_dtype
+
+
+@pytest.mark.parametrize(
+    "f", [rm.gelu, rm.softmax, lambda x: rm.layer_norm(x, np.full(5, 2.0), np.ones(5))]
+)
+def test_working_in_place_never_writes_into_inputs_or_cotangents(f):
+    data = r(4, 5)
+    x = rm.tensor(data.copy(), requires_grad=True)
+    g = r(4, 5)
+    f(x).backward(g.copy())
+    assert np.array_equal(x.numpy(), data)
+    y = f(rm.tensor(data))  # a second run gives the same values
+    assert np.array_equal(y.numpy(), f(rm.tensor(data)).numpy())
+    cotangent = g.copy()
+    f(rm.tensor(data, requires_grad=True)).backward(cotangent)
+    assert np.array_equal(cotangent, g)

@@ -35,8 +35,20 @@ def _sigmoid(x):
 def _softmax(x, axis=-1):
     if x.shape[axis] == 0:  # over an empty axis: an empty result
         return xp.exp(x)
-    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
-    return e / xp.sum(e, axis=axis, keepdims=True)
+    e = x - xp.max(x, axis=axis, keepdims=True)  # one array of x's size, worked in place
+    xp.exp(e, out=e)
+    e /= xp.sum(e, axis=axis, keepdims=True)
+    return e
+
+
+def _softmax_vjp(ns, g, ans, x, axis):
+    if ns is not backend.ARRAY_NAMESPACE:  # a backward being differentiated: recorded
+        return ans * (g - ns.sum(g * ans, axis=axis, keepdims=True))
+    out = g * ans  # on arrays: one new array of x's size, worked in place
+    total = xp.sum(out, axis=axis, keepdims=True)
+    xp.subtract(g, total, out=out)
+    out *= ans
+    return out
 
 
 def _log_softmax(x, axis=-1):
@@ -58,7 +70,7 @@ RELU = defop(
 SOFTMAX = defop(
     "softmax",
     _softmax,
-    lambda ns, g, ans, x, axis: ans * (g - ns.sum(g * ans, axis=axis, keepdims=True)),
+    _softmax_vjp,
     needs=("a",),
     jvps=SELF_ADJOINT,  # its Jacobian, diag(s) - s s^T, is symmetric
 )
@@ -93,7 +105,16 @@ _GELU_A = 0.044715
 
 
 def _gelu(x):
-    return 0.5 * x * (1.0 + xp.tanh(_GELU_C * (x + _GELU_A * x * x * x)))
+    out = x * x  # 0.5 x (1 + tanh(c (x + a x^3))), in one array worked in place
+    out *= _GELU_A
+    out += 1.0
+    out *= x
+    out *= _GELU_C
+    xp.tanh(out, out=out)
+    out += 1.0
+    out *= x
+    out *= 0.5
+    return out
 
 
 def _gelu_vjp(ns, g, ans, x):
@@ -163,12 +184,41 @@ def _normalized(ns, x, axes, eps):
     return centred * rstd, rstd
 
 
+def _times(a, b):
+    """a * b, written into ``a`` (a fresh array) when that keeps NumPy's result dtype."""
+    if xp.result_type(a, b) != a.dtype:
+        return a * b
+    a *= b
+    return a
+
+
+def _plus(a, b):
+    """a + b, written into ``a`` (a fresh array) when that keeps NumPy's result dtype."""
+    if xp.result_type(a, b) != a.dtype:
+        return a + b
+    a += b
+    return a
+
+
+def _normalized_in_place(x, axes, eps):
+    """:func:`_normalized` on an array, in one new array of x's size (and the small rstd)."""
+    n = _count(x, axes)
+    xhat = x - xp.sum(x, axis=axes, keepdims=True) / n
+    rstd = xp.sum(xhat * xhat, axis=axes, keepdims=True)
+    rstd /= n
+    rstd += eps
+    xp.sqrt(rstd, out=rstd)
+    xp.divide(1.0, rstd, out=rstd)
+    xhat *= rstd
+    return xhat, rstd
+
+
 def _layer_norm(x, weight, bias, axes, eps):
-    out, _ = _normalized(backend.ARRAY_NAMESPACE, x, axes, eps)
+    out, _ = _normalized_in_place(x, axes, eps)
     if weight is not None:
-        out = out * weight
+        out = _times(out, weight)
     if bias is not None:
-        out = out + bias
+        out = _plus(out, bias)
     return out
 
 
@@ -182,11 +232,25 @@ def _normalized_jacobian(ns, x, v, axes, eps):
 
 
 def _layer_norm_vjp_x(ns, g, ans, x, weight, bias, axes, eps):
-    return _normalized_jacobian(ns, x, g if weight is None else g * weight, axes, eps)
+    if ns is not backend.ARRAY_NAMESPACE:  # a backward being differentiated: recorded
+        return _normalized_jacobian(ns, x, g if weight is None else g * weight, axes, eps)
+    # on arrays, in place: rstd (v - mean(v) - xhat mean(v xhat)) with v = g * weight
+    n = _count(x, axes)
+    xhat, rstd = _normalized_in_place(x, axes, eps)
+    v = g * weight if weight is not None else g.copy()
+    mean_vx = xp.sum(v * xhat, axis=axes, keepdims=True)
+    mean_vx /= n
+    v -= xp.sum(v, axis=axes, keepdims=True) / n
+    v -= _times(xhat, mean_vx)
+    v *= rstd
+    return v
 
 
 def _layer_norm_vjp_weight(ns, g, ans, x, weight, bias, axes, eps):
-    return g * _normalized(ns, x, axes, eps)[0]  # the tape sums it to weight's shape
+    if ns is not backend.ARRAY_NAMESPACE:  # a backward being differentiated: recorded
+        return g * _normalized(ns, x, axes, eps)[0]
+    xhat, _ = _normalized_in_place(x, axes, eps)
+    return _times(xhat, g)  # the tape sums it to weight's shape
 
 
 def _layer_norm_jvp_x(ns, t, ans, x, weight, bias, axes, eps):
