@@ -262,11 +262,11 @@ def test_gelu_backward_keeps_few_temporaries():
     y.backward(g)
     peak = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
-    assert peak <= 4.2 * x.numpy().nbytes  # three temporaries and the gradient
+    assert peak <= 3.2 * x.numpy().nbytes  # two temporaries (the slope) and the gradient
     a, c, v = 0.044715, math.sqrt(2 / math.pi), x.numpy()
     t = np.tanh(c * (v + a * v**3))
     want = 0.5 * (1 + t) + 0.5 * v * (1 - t**2) * c * (1 + 3 * a * v**2)  # d gelu / dx
-    np.testing.assert_allclose(x.grad, want, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(x.grad, want, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("x_dtype, w_dtype", [(np.float32, np.float64), (np.float64, np.float32)])
