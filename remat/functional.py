@@ -15,6 +15,7 @@ from .pytree import flatten, unflatten
 from .tape import (
     FORWARD_MODE,
     GRAD_DEPTH,
+    RECORDED_BACKWARD,
     STEP,
     BackwardError,
     Recorder,
@@ -93,10 +94,13 @@ def value_and_grad(f, argnums=0):
         target_nodes = [t.node for t in targets]  # now: f may rebind its arguments (x *= 2)
         floor = next_sequence()  # records made from here on are this call's own
         token = GRAD_DEPTH.set(depth + 1)
+        # A recorded backward may be differentiated again: checkpointed chains keep x_0
+        recorded = RECORDED_BACKWARD.set(nested)
         try:
             with enable_grad():  # rm.grad differentiates even inside rm.no_grad()
                 out = f(*inputs)
         finally:
+            RECORDED_BACKWARD.reset(recorded)
             GRAD_DEPTH.reset(token)
         _check_scalar(out, f)
         seed = backend.ones_like(out._data)

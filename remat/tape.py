@@ -53,6 +53,8 @@ OPEN_TAPE = ContextVar("remat_open_tape", default=None)
 GRAD_DEPTH = ContextVar("remat_grad_depth", default=0)
 STEP = ContextVar("remat_step", default=None)
 FORWARD_MODE = ContextVar("remat_forward_mode", default=False)  # inside rm.jvp's recording
+# inside an rm.grad whose backward is itself recorded (to be differentiated again)
+RECORDED_BACKWARD = ContextVar("remat_recorded_backward", default=False)
 _TAPE_START = ContextVar("remat_tape_start", default=0)  # records an open tape had before
 
 
