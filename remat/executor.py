@@ -1089,7 +1089,10 @@ class TangentRun(ChainRun):
             self.y_tangents[i] = out[width:]
         held = [inner[id(r)] for r in records if id(r) in inner] + list(t_in)
         step_tape = TangentStepTape(
-            step_tape.inputs, step_tape.outputs, step_tape.floor, step_tape.stop,
+            step_tape.inputs,
+            step_tape.outputs,
+            step_tape.floor,
+            step_tape.stop,
             step_tape.saved + held,
         )
         step_tape.tangents = inner
@@ -1146,7 +1149,9 @@ class TangentRun(ChainRun):
             for t, g, dg in zip(step_tape.outputs, seeds, seed_tangents):
                 if t.node and g is not None:
                     seed = Tensor._stand_in(g)
-                    tangents[id(seed.node)] = dg if dg is not None else backend.zeros(g.shape, g.dtype, like=g)
+                    tangents[id(seed.node)] = (
+                        dg if dg is not None else backend.zeros(g.shape, g.dtype, like=g)
+                    )
                     sweep.add(t.node, seed)
             sweep.run()
         tangents = forward_sweep(recorder.records, tangents)
@@ -1257,7 +1262,9 @@ def _adjoint_tangent(record, tangents):
     """Forward over reverse (rm.hvp): the tangent of the chain's gradient."""
     adjoint = record.args[0]
     width = len(adjoint.cotangent)
-    cotangent_tangents = [tangents.get(id(node)) if node else None for node in record.parents[:width]]
+    cotangent_tangents = [
+        tangents.get(id(node)) if node else None for node in record.parents[:width]
+    ]
     return adjoint.with_tangents(tangents, cotangent_tangents)[1]
 
 
