@@ -1048,6 +1048,36 @@ def zeros_for(parts, spec, like):
     ]
 
 
+def tangents_read(records, tangents, step_tape):
+    """The tangents a recorded backward of a step's ``records`` reads: those of the
+    values their VJPs read (the inputs and outputs they saved), so a taped step
+    holds one tangent per array it saves; all of ``tangents`` when a record is a
+    chain or a checkpoint, whose rules read what their functions close over.
+    Returns (id(node) -> tangent, the tangents of the step's own values)."""
+    inputs = {id(node) for node in step_tape.inputs}
+
+    def own(node):
+        return node.seq >= step_tape.floor if isinstance(node, Record) else id(node) in inputs
+
+    if any(record.op.custom_tangent is not None for record in records):
+        kept = tangents
+        nodes = [*records, *step_tape.inputs]
+    else:
+        kept = {}
+        nodes = []
+        for record in records:
+            for node, a in zip(record.parents, record.args):
+                if node and a is not None:
+                    nodes.append(node)
+            if record.ans is not None:
+                nodes.append(record)
+        for node in nodes:
+            t = tangents.get(id(node))
+            if t is not None:
+                kept[id(node)] = t
+    return kept, [kept[id(node)] for node in nodes if node and own(node) and id(node) in kept]
+
+
 class TangentStepTape(StepTape):
     """A step tape that also holds the tangents of the step's records."""
 
@@ -1087,15 +1117,15 @@ class TangentRun(ChainRun):
         width = len(arrays)
         if self.collect_ys and i not in self.y_tangents:
             self.y_tangents[i] = out[width:]
-        held = [inner[id(r)] for r in records if id(r) in inner] + list(t_in)
+        kept, own = tangents_read(records, inner, step_tape)
         step_tape = TangentStepTape(
             step_tape.inputs,
             step_tape.outputs,
             step_tape.floor,
             step_tape.stop,
-            step_tape.saved + held,
+            step_tape.saved + own,
         )
-        step_tape.tangents = inner
+        step_tape.tangents = kept
         return tuple(arrays) + tuple(out[:width]), step_tape
 
     def advance(self, action):
@@ -1143,7 +1173,8 @@ class TangentRun(ChainRun):
         hands outside (to closed-over values) go to the outer sweep, in order."""
         arrivals = Arrivals()
         recorder = Recorder(forwards=False)
-        tangents = dict(step_tape.tangents)
+        tangents = dict(self.outer)
+        tangents.update(step_tape.tangents)
         with recorder, enable_grad():
             sweep = StepSweep(arrivals, step_tape, create_graph=True)
             for t, g, dg in zip(step_tape.outputs, seeds, seed_tangents):
