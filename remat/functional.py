@@ -276,6 +276,7 @@ def forward_sweep(records, seeds):
     made, from ``seeds`` (id(leaf node) -> tangent)."""
     ns = backend.ARRAY_NAMESPACE
     tangents = dict(seeds)
+    get = tangents.get
     for record in records:
         parents = record.parents
         if parents is None:
@@ -284,24 +285,35 @@ def forward_sweep(records, seeds):
         if op.custom_tangent is not None:  # a chain or checkpoint: its outputs' tangents,
             tangents[id(record)] = op.custom_tangent(record, tangents)  # closed-over ones too
             continue
-        incoming = [(i, tangents.get(id(node))) for i, node in enumerate(parents) if node]
-        incoming = [(i, t) for i, t in incoming if t is not None]
-        if not incoming:
-            continue
-        if op.jvps is None:
-            raise NotImplementedError(
-                f"rm.jvp: forward mode through `{op.name}` (a checkpointed loop, chain or "
-                "scan) is not supported yet"
-            )
-        kw = record.kwargs or {}
-        total = None
-        for i, t in incoming:
-            part = op.jvps[i](ns, t, record.ans, *record.args, **kw)
+        rules, kw, total = op.jvps, record.kwargs, None
+        i = -1
+        for node in parents:  # each input's tangent through its rule, summed
+            i += 1
+            if node is None:
+                continue
+            t = get(id(node))
+            if t is None:
+                continue
+            if rules is None:
+                raise _no_tangent_rule(op)
+            if kw:
+                part = rules[i](ns, t, record.ans, *record.args, **kw)
+            else:
+                part = rules[i](ns, t, record.ans, *record.args)
             total = part if total is None else total + part
+        if total is None:
+            continue
         if total.shape != record.shape:
             total = ns.broadcast_to(total, record.shape)
         tangents[id(record)] = total
     return tangents
+
+
+def _no_tangent_rule(op):
+    return NotImplementedError(
+        f"rm.jvp: forward mode through `{op.name}` is not supported: the op has no "
+        "tangent rule (jvps=) in the op table"
+    )
 
 
 def hvp(f, primals, tangents):

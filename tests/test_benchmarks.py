@@ -22,6 +22,10 @@ HEADERS = {
     "logn": ["| n | s = ceil(log2 n) | forward_steps / n |"],
     "depth": ["| contender | depth L | s (fwd+bwd) | time vs smallest depth |"],
     "replay": ["| schedule | check_replay=True ms | False ms | ratio |"],
+    "forward": [
+        "| contender | us per op | vs hand-written |",
+        "| schedule | two gradients s | rm.hvp s | hvp / two gradients |",
+    ],
     "memory": [
         "| width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
         "| width | budget MiB | optimal s | revolve slots | revolve s |",
