@@ -10,16 +10,39 @@
    bytes the chain holds, from ``tape.stats``, and the tracemalloc peak of the
    whole call, measured apart from the timing); store-all beside it.
 
-One BLAS thread, medians of interleaved repeats; every result is checked
-before it is timed.
+One BLAS thread, medians of interleaved repeats, each timed both as wall time
+and as the process's CPU time (on a shared machine the wall time also counts
+the waits for a core, which hit contenders unevenly; the CPU time does not);
+every result is checked before it is timed.
 """
 
-from benchmarks.common import environment, side_by_side, skip, table, traced_peak  # noqa: I001
+from benchmarks.common import environment, skip, table, traced_peak  # noqa: I001
+
+import gc
+import statistics
+import time
 
 import numpy as np
 
 import remat as rm
 from benchmarks.bench_core import N_OPS, chain_numpy, chain_ops, chain_remat
+
+
+def interleaved(contenders, repeats, warmup=1):
+    """Time several functions round-robin: {name: (median wall s, median CPU s)}."""
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    wall = {name: [] for name in contenders}
+    cpu = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            gc.collect()
+            start, start_cpu = time.perf_counter(), time.process_time()
+            fn()
+            cpu[name].append(time.process_time() - start_cpu)
+            wall[name].append(time.perf_counter() - start)
+    return {n: (statistics.median(wall[n]), statistics.median(cpu[n])) for n in contenders}
 
 
 # --- 1. a JVP of the chain ----------------------------------------------------------
@@ -75,21 +98,34 @@ def bench_jvp(repeats):
     runs = {k: (lambda f=f: f(x0, t0)) for k, f in contenders.items()}
     runs["numpy (hand-written backward)"] = lambda: chain_numpy(x0)
     runs["remat backward (reference)"] = lambda: chain_remat(x0)
-    times = side_by_side(runs, repeats)
-    base = times["numpy (hand-written forward mode)"]
+    times = interleaved(runs, repeats)
+
+    def ratio(name, base, k):
+        return times[name][k] / times[base][k]
+
+    forward_base = "numpy (hand-written forward mode)"
     rows = [
-        (name, f"{times[name] / N_OPS * 1e6:.2f}", f"{times[name] / base:.2f}x")
+        (
+            name,
+            f"{times[name][0] / N_OPS * 1e6:.2f}",
+            f"{ratio(name, forward_base, 0):.2f}x",
+            f"{times[name][1] / N_OPS * 1e6:.2f}",
+            f"{ratio(name, forward_base, 1):.2f}x",
+        )
         for name in contenders
     ]
-    reverse = times["remat backward (reference)"] / times["numpy (hand-written backward)"]
+    reverse, reverse_base = "remat backward (reference)", "numpy (hand-written backward)"
     rows.append(
         (
-            "remat reverse sweep (fwd+bwd), for comparison",
-            f"{times['remat backward (reference)'] / N_OPS * 1e6:.2f}",
-            f"{reverse:.2f}x its hand-written backward",
+            "remat reverse sweep (fwd+bwd), against its hand-written backward",
+            f"{times[reverse][0] / N_OPS * 1e6:.2f}",
+            f"{ratio(reverse, reverse_base, 0):.2f}x",
+            f"{times[reverse][1] / N_OPS * 1e6:.2f}",
+            f"{ratio(reverse, reverse_base, 1):.2f}x",
         )
     )
-    return table(["contender", "us per op", "vs hand-written"], rows), times, reverse
+    headers = ["contender", "wall us per op", "vs hand-written", "CPU us per op", "vs (CPU)"]
+    return table(headers, rows), times
 
 
 # --- 2. an HVP through a revolve loop -------------------------------------------------
@@ -132,16 +168,17 @@ def bench_hvp(repeats, steps, snapshots, batch, width):
     want = rm.hvp(loop_loss(rm.Tape, steps, x0, []), (w0,), (v,))[0]
     got = runs["revolve: rm.hvp"]()
     assert np.array_equal(got, want), "revolve's HVP differs from store-all's"
-    times = side_by_side(runs, repeats)
+    times = interleaved(runs, repeats)
     rows = []
     for name in budgets:
         two, hvp_time = times[f"{name}: two gradients"], times[f"{name}: rm.hvp"]
         rows.append(
             (
                 name,
-                f"{two:.3f}",
-                f"{hvp_time:.3f}",
-                f"{hvp_time / two:.2f}x",
+                f"{two[0]:.3f}",
+                f"{hvp_time[0]:.3f}",
+                f"{hvp_time[0] / two[0]:.2f}x",
+                f"{hvp_time[1] / two[1]:.2f}x",
                 f"{counts[name][0]} / {counts[name][1]}",
                 f"{held[name][0] / 2**10:.0f} / {held[name][1] / 2**10:.0f} KiB "
                 f"({held[name][1] / held[name][0]:.2f}x)",
@@ -154,6 +191,7 @@ def bench_hvp(repeats, steps, snapshots, batch, width):
         "two gradients s",
         "rm.hvp s",
         "hvp / two gradients",
+        "same, CPU time",
         "step evaluations: gradient / run with tangents",
         "chain holds: gradient / run with tangents",
         "tracemalloc peak: gradient / hvp",
@@ -170,7 +208,7 @@ def run(quick=False):
         environment(("numpy", "remat", "torch")),
         "",
     ]
-    text, _, _ = bench_jvp(repeats)
+    text, _ = bench_jvp(repeats)
     out += [f"### 1. JVP of the chain of {N_OPS} small ops (16 float64)", "", text, ""]
     text, _ = bench_hvp(repeats, steps, snapshots, batch, width)
     out += [

@@ -27,6 +27,12 @@ when it is recomputed.  The *replay check* verifies that every recomputed step
 gives what it gave the first time (structure, shapes and dtypes always; the
 values' fingerprints unless ``check_replay=False``).  Everything is counted
 as it happens: ``stats`` reports step evaluations, snapshots and bytes held.
+
+Second order (``rm.hvp``, ``rm.grad`` of ``rm.grad``): a backward that is
+itself differentiated gives the chain's gradient as one ``loop_adjoint``
+record, whose tangent and VJP run the chain again from x_0 under the same
+schedule with every state paired with its tangent (:class:`TangentRun`, at
+the end of this module).
 """
 
 from __future__ import annotations

@@ -229,7 +229,10 @@ def jvp(f, primals, tangents):
     sweep beside the reverse one.  Results are arrays, in ``f``'s output
     structure.  ``rm.checkpoint`` recomputes its function with tangents, and
     a checkpointed loop, chain or scan runs its steps again from x_0 with
-    theirs (one state of memory more, not the whole chain).
+    theirs (one state of memory more, not the whole chain).  A backward
+    recorded inside ``f`` (``rm.grad`` of a chain: :func:`hvp`) is swept
+    forward too: the chain runs again under its schedule carrying tangents
+    (see :class:`remat.executor.TangentRun`).
     """
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
         raise TypeError("rm.jvp: primals and tangents must be tuples (one entry per argument)")
@@ -318,6 +321,14 @@ def _no_tangent_rule(op):
 
 def hvp(f, primals, tangents):
     """The Hessian of scalar ``f`` times ``tangents``, forward over reverse: the
-    JVP of ``rm.grad(f)`` (so the Hessian is never formed)."""
+    JVP of ``rm.grad(f)`` (so the Hessian is never formed).
+
+    Through a checkpointed loop, chain or scan the gradient is computed as
+    always, and its tangent by running the chain again under the same
+    schedule with (state, tangent) in every snapshot: the same step
+    evaluations as the gradient's run, twice its bytes (``tape.stats`` lists
+    that run as "<Schedule> with tangents").  The results are those of
+    store-all bit for bit under every schedule.
+    """
     argnums = tuple(range(len(primals)))
     return jvp(grad(f, argnums=argnums), primals, tangents)[1]

@@ -23,7 +23,7 @@ HEADERS = {
     "depth": ["| contender | depth L | s (fwd+bwd) | time vs smallest depth |"],
     "replay": ["| schedule | check_replay=True ms | False ms | ratio |"],
     "forward": [
-        "| contender | us per op | vs hand-written |",
+        "| contender | wall us per op | vs hand-written | CPU us per op | vs (CPU) |",
         "| schedule | two gradients s | rm.hvp s | hvp / two gradients |",
     ],
     "memory": [

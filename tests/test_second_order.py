@@ -288,3 +288,21 @@ def test_second_order_holds_twice_the_first_order_runs_bytes():
     (_, store_all_tangents), store_all_peak = measured(forward_over_reverse, rm.Tape)
     assert tangents.peak_bytes < store_all_tangents.peak_bytes / 5
     assert hvp_peak < store_all_peak / 3
+
+
+@pytest.mark.parametrize("name", ["store_all", "revolve"])
+def test_the_run_with_tangents_is_replay_checked(name):
+    """A step that does not reproduce itself is refused when the loop runs again with
+    tangents, also under store-all (which never recomputes for a gradient)."""
+    calls = [0]
+
+    def loss(w):
+        def drifting(h):
+            calls[0] += 1
+            return h + rm.tanh(h @ w) * (1 + 1e-3 * calls[0])
+
+        h = tape_for(name, 2).loop(drifting, rm.tensor(np.ones((2, 3))), steps=5)
+        return (h**2).sum()
+
+    with pytest.raises(rm.ReplayError, match="recomputed from its stored input"):
+        rm.hvp(loss, (np.eye(3) * 0.3,), (np.ones((3, 3)),))
