@@ -112,8 +112,8 @@ class Tape(Recorder):
 
     ``check_replay`` checks that every recomputed step gives what it gave the
     first time: always the structure, shapes and dtypes of its outputs, and,
-    when the step is taped again, their values (a CRC-32 of up to 256 evenly
-    spaced elements of each array, so it costs the same for any state size;
+    when the step is taped again, their values (a CRC-32 of about 64 elements
+    of each array, spaced by a prime stride, so it costs the same for any state size;
     ``check_replay="full"`` reads every element;
     ``check_replay=False`` checks no values).  ``trace=True`` records the bytes held
     after every action (for :func:`remat.plot.memory_timeline`);
@@ -267,12 +267,12 @@ class Tape(Recorder):
         Returns ``(carry, ys)`` where ``ys`` stacks the ``y``s along a new
         leading axis (or is None when f returns None for y).  ``xs`` is a
         Tensor or pytree of Tensors whose leaves share their leading axis; the
-        carry keeps its structure, shapes and dtypes.  Gradients reach ``xs``
+        carry keeps its structure, shapes and dtypes, and may hold no Tensor
+        (``init=None`` maps f over xs).  Gradients reach ``xs``
         (gathered in one buffer), ``init`` and the parameters f closes over.
         """
         if not callable(f):
             raise TypeError(f"tape.scan: f must be callable, got {f!r}")
-        _check_state("tape.scan", init)
         leaves, xs_tree = flatten(xs, lambda v: isinstance(v, Tensor) or backend.is_array(v))
         if not leaves:
             raise ValueError("tape.scan: xs has no Tensor or array in it; nothing to scan over")

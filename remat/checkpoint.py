@@ -22,6 +22,7 @@ import functools
 from . import backend, guard
 from .executor import (
     REPLAY_CAUSES,
+    Forward,
     ReplayError,
     Spec,
     StepTape,
@@ -82,6 +83,7 @@ def checkpoint(f=None, policy=None):
         arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments", copy_arrays=True)
         rng = backend.random_state()
         context = STEP.get()
+        forward = Forward()
         token = STEP.set(StepValue(name, None, context))  # what f makes is f's own
         try:
             with untaped():  # unlike no_grad, what f makes keeps f's marker
@@ -92,7 +94,7 @@ def checkpoint(f=None, policy=None):
         if not out_arrays:
             raise TypeError(f"{name}: f must return Tensors (or a pytree of them), got {out!r}")
         tape = OPEN_TAPE.get()
-        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context)
+        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context, forward)
         check = getattr(tape, "check_replay", True)
         call.full = check == "full"
         call.fingerprints = fingerprint_all(out_arrays, call.full) if check else None
@@ -117,14 +119,16 @@ class Call:
         "fingerprints",
         "checks",
         "seq",
+        "forward",
     )
 
-    def __init__(self, f, name, tree, arrays, rng, spec, context):
+    def __init__(self, f, name, tree, arrays, rng, spec, context, forward):
         self.f, self.name, self.tree, self.arrays, self.rng = f, name, tree, arrays, rng
         self.spec = spec  # what f returned: checked when it is recomputed
         self.context = context  # the loop step the call ran inside, if any
         self.checks = guard.checks(arrays) if guard.WATCHED else None
         self.seq = next_sequence()
+        self.forward = forward  # what the values it read held then: checked at recompute
 
     @property
     def nbytes(self):
@@ -157,7 +161,7 @@ class Call:
         if wrong is not None:
             raise ReplayError(
                 f"{self.name} was recomputed in backward and returned {wrong} than its first "
-                f"run. {REPLAY_CAUSES}"
+                f"run. {self.forward.what_changed() or REPLAY_CAUSES}"
             )
 
     def recompute(self, nodes, keep_records=False):
@@ -188,6 +192,7 @@ class Call:
         finally:
             STEP.reset(token)
             backend.set_random_state(rng)
+        self.forward.refuse_changed(records, self.name)
         self.check_replay(out_tree, out_arrays)
         outputs = [
             t if isinstance(t, Tensor) else Tensor._wrap(t) for t in flatten(out, is_value)[0]

@@ -54,6 +54,7 @@ from .tape import (
     STEP,
     BackwardError,
     EscapeError,
+    Leaf,
     Record,
     Recorder,
     StepRecord,
@@ -325,6 +326,67 @@ def tape_call(call, check_replay=True):
     return result, floor, stop, recorder.records
 
 
+class Forward:
+    """When a forward sweep that is recomputed later began: a sequence number, and
+    what the watched memory held then (:func:`remat.guard.remember`)."""
+
+    __slots__ = ("seq", "memory")
+
+    def __init__(self):
+        self.seq = next_sequence()
+        self.memory = guard.remember()
+
+    def what_changed(self) -> str | None:
+        """Why a recomputation may differ, if values changed after this forward sweep:
+        for a replay error (the steps that read them may have run untaped, unseen)."""
+        if guard.REBOUND[0] > self.seq:
+            return (
+                "A leaf tensor was given a new value after the forward sweep (`p -= ...` or "
+                "`p.data = ...`); a recomputation reads the new one. Update parameters after "
+                "backward."
+            )
+        changed = guard.changed_since_remembered(self.seq, self.memory)
+        if changed is not None:
+            return (
+                f"An array of shape {changed.shape} and dtype {changed.dtype} was changed in "
+                "place after the forward sweep (through .data, np.asarray(t), .numpy() or a "
+                "view of them); a recomputation reads the new values. Change values only after "
+                "backward."
+            )
+        return None
+
+    def refuse_changed(self, records, where):
+        """Refuse ``records`` (a recomputation) if one read a value that was changed
+        after this forward sweep: memory written through a handle (``p.data[...] =``),
+        or a leaf given a new value (``with rm.no_grad(): p -= ...``).  Free unless
+        something was handed out or rebound: the forward's saves were not checked."""
+        leaves_rebound = guard.REBOUND[0] > self.seq
+        if not (leaves_rebound or guard.WATCHED):
+            return
+        cache = {}
+        for record in records:
+            leaves = [n for n in record.parents if type(n) is Leaf]
+            for node in leaves:
+                if node.rebound > self.seq:
+                    raise BackwardError(
+                        f"backward through {where}: `{record.op.name}` (output shape "
+                        f"{record.shape}) reads a leaf tensor of shape {node.shape} that was "
+                        "given a new value after the forward sweep (`p -= ...` or `p.data = "
+                        "...`), so recomputing it would differentiate another function. "
+                        "Update parameters after backward."
+                    )
+            arrays = (*record.args, *(t._data for n in leaves if (t := n.tensor()) is not None))
+            k = guard.changed_since(arrays, self.seq, self.memory, cache) if guard.WATCHED else None
+            if k is not None:
+                raise BackwardError(
+                    f"backward through {where}: `{record.op.name}` (output shape "
+                    f"{record.shape}) reads an array of shape {arrays[k].shape} and dtype "
+                    f"{arrays[k].dtype} that was changed in place after the forward sweep "
+                    "(through .data, np.asarray(t), .numpy() or a view of them), so recomputing "
+                    "it would give wrong gradients. Change values only after backward."
+                )
+
+
 def retag(records):
     """Mark records made inside a step (or checkpointed function) as its own."""
     for record in records:
@@ -434,7 +496,7 @@ def _chain_backward(record, g, sweep):
         record.release()
     if run.reversed:  # reversed before: the schedule runs again from x_0
         run = run.again()
-        run.run_forward(gather_ys=False)
+        run.run_forward(again=True)
     run.reversed = True
     run.backward(g, sweep)
 
@@ -495,6 +557,7 @@ class ChainRun:
 
     def __init__(self, tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps):
         self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
+        self.like = (*x0, *chain.xs, None)[0]  # zeros go where the inputs are (a state may be ())
         self.context = STEP.get()  # the step this chain runs inside, if any: its values may be used
         # store-all never evaluates a step twice: nothing to compare
         self.check_replay = tape.check_replay
@@ -511,7 +574,7 @@ class ChainRun:
         self.specs = {0: spec0}  # position -> Spec of x_position, learned going forward
         # a loop over one Tensor: call_step takes a short path (bench_loop's tiny steps)
         self.short = chain.step is not None and spec0.tree.kind == "leaf"
-        self.floating = backend.is_floating(spec0.dtypes[0])
+        self.floating = self.short and backend.is_floating(spec0.dtypes[0])
         self.devices = tuple(backend.device_of(a) for a in x0)
         self.until = until
         self.max_steps = max_steps
@@ -527,6 +590,7 @@ class ChainRun:
         self.slots = {}  # (level, slot) -> (step, arrays, rng state, guard checks, seq)
         self.tapes = {}  # step index -> StepTape
         self.reached = 0  # how many steps have been evaluated at least once
+        self.forward = Forward()  # replaced when the forward sweep starts
         self.first = array("L")  # step i -> fingerprint of its outputs the first time it ran
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
@@ -673,9 +737,10 @@ class ChainRun:
             raise self.replay_error(i, wrong)
 
     def replay_error(self, i, wrong):
+        cause = self.forward.what_changed()
         return ReplayError(
             f"{self.chain.name(i)} was recomputed from its stored input and returned "
-            f"{wrong} than its first run. {REPLAY_CAUSES}"
+            f"{wrong} than its first run. {cause or REPLAY_CAUSES}"
         )
 
     def expect_position(self, action, index):
@@ -706,9 +771,12 @@ class ChainRun:
         arrays, rng = self.current
         backend.set_random_state(rng)
         for i in range(action.start, action.stop):
+            recomputed = i < self.reached
             (arrays, inputs, outputs), floor, stop, records = tape_call(
                 lambda: self.call_step(i, arrays, taped=True), self.check_replay
             )
+            if recomputed:
+                self.forward.refuse_changed(records, self.chain.name(i))
             saved = saved_by(records, floor, inputs)
             self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
             self.held.hold(saved)
@@ -816,7 +884,7 @@ class ChainRun:
                     xs = self.chain.xs[k]
                     buffer = xs_grads[k] = backend.zeros(xs.shape, g.dtype, like=xs)
                 buffer[i] += g if g.shape == buffer.shape[1:] else g.reshape(buffer.shape[1:])
-        like = step_tape.outputs[0]._data
+        like = step_tape.outputs[0]._data if step_tape.outputs else self.like
         return [
             g if g is not None else backend.zeros(s, d, like=like)
             for g, s, d in zip(grads[:width], spec.shapes, spec.dtypes)
@@ -832,10 +900,14 @@ class ChainRun:
         self.HANDLERS[type(action)](self, action)
         self.mark()
 
-    def run_forward(self, gather_ys=True):
-        """Carry out the schedule up to EndForward; return x_n's arrays and the ys
-        (stacked from the first run's; a run again gathers none)."""
+    def run_forward(self, again=False):
+        """Carry out the schedule up to EndForward; return x_n's arrays and the ys.
+
+        A run ``again`` (see :meth:`again`) gathers no ys, and its recomputed
+        steps are checked against the values of the first run's forward sweep."""
         start = time.perf_counter()
+        if not again:
+            self.forward = Forward()
         for action in self.actions:
             if type(action) is schedules.EndForward:
                 break
@@ -846,7 +918,7 @@ class ChainRun:
             self.stats.steps = self.position
         self.stats.peak_bytes = self.held.peak
         ys = ()
-        if self.chain.has_ys and gather_ys:
+        if self.chain.has_ys and not again:
             n = self.stats.steps
             ys = tuple(
                 backend.xp.stack([self.ys[i][k] for i in range(n)])
@@ -936,6 +1008,7 @@ class ChainRun:
         finally:
             RECORDED_BACKWARD.reset(recorded)
             FORWARD_MODE.reset(forward)
+        self.forward.refuse_changed(records, self.chain.name(i))  # every step here is a rerun
         seeds = dict(tangents)
         step_tangents = list(t_state) + [None if t is None else t[i] for t in t_xs]
         for node, t in zip(inputs, step_tangents):
@@ -1110,7 +1183,7 @@ class TangentRun(ChainRun):
         x0, rng = self.start
         t0 = [tangents.get(id(node)) if node else None for node in self.x0_nodes]
         self.t_xs = [tangents.get(id(node)) if node else None for node in self.chain.xs_nodes]
-        self.current = (tuple(x0) + tuple(zeros_for(t0, self.specs[0], x0[0])), rng)
+        self.current = (tuple(x0) + tuple(zeros_for(t0, self.specs[0], self.like)), rng)
         self.devices = self.devices + self.devices  # a tangent lives where its leaf does
 
     def step_forward(self, i, state):
@@ -1201,8 +1274,7 @@ class TangentRun(ChainRun):
         """The reverse sweep from the cotangent of the outputs and its tangent."""
         final = self.spec_at(self.stats.steps)
         width = len(final.shapes)
-        like = self.start[0][0]
-        self.cotangent_tangent = zeros_for(tangent[:width], final, like)
+        self.cotangent_tangent = zeros_for(tangent[:width], final, self.like)
         self.ys_cotangent_tangent = [
             t if t is not None or g is None else backend.zeros(g.shape, g.dtype, like=g)
             for t, g in zip(tangent[width:], cotangent.parts[width:])
@@ -1245,7 +1317,7 @@ class Adjoint:
         outer_rng = backend.random_state()
         try:
             run.begin(tangents, collect_outputs)
-            final, _ = run.run_forward(gather_ys=False)
+            final, _ = run.run_forward(again=True)
             outputs = None
             if collect_outputs:
                 width = len(run.spec_at(run.stats.steps).shapes)
@@ -1280,7 +1352,7 @@ def recorded_backward(run, g, sweep):
     first = run
     if run.reversed:
         first = run.again()
-        first.run_forward(gather_ys=False)
+        first.run_forward(again=True)
     run.reversed = True
     sums = Totals(backend.ARRAY_NAMESPACE)
     first.backward(StateCotangent(parts, g.shape), sums)
