@@ -306,3 +306,18 @@ def test_the_run_with_tangents_is_replay_checked(name):
 
     with pytest.raises(rm.ReplayError, match="recomputed from its stored input"):
         rm.hvp(loss, (np.eye(3) * 0.3,), (np.ones((3, 3)),))
+
+
+def test_a_parameter_changed_before_the_second_order_backward_is_refused():
+    """A gradient penalty: the loop runs again (with tangents) when the penalty is
+    reversed; a closed-over parameter written in place since the forward is refused."""
+    w = rm.tensor(np.eye(3) * 0.5, requires_grad=True)
+    p = rm.tensor(np.ones((2, 3)), requires_grad=True)
+
+    def f(x):
+        return (rm.Tape(snapshots=2).loop(lambda h: rm.tanh(h @ w), x, steps=5) ** 2).sum()
+
+    g = rm.grad(f)(p)
+    w.data[0, 0] += 1.0
+    with pytest.raises((rm.ReplayError, rm.BackwardError), match="changed in place"):
+        (g * g).sum().backward()
