@@ -44,6 +44,8 @@ from .tape import (
     STEP,
     BackwardError,
     EscapeError,
+    Record,
+    Recorder,
     StepValue,
     enable_grad,
     next_sequence,
@@ -120,9 +122,11 @@ class Call:
         "checks",
         "seq",
         "forward",
+        "spliced",
     )
 
     def __init__(self, f, name, tree, arrays, rng, spec, context, forward):
+        self.spliced = None  # the nodes of f's outputs once spliced into a recorded backward
         self.f, self.name, self.tree, self.arrays, self.rng = f, name, tree, arrays, rng
         self.spec = spec  # what f returned: checked when it is recomputed
         self.context = context  # the loop step the call ran inside, if any
@@ -134,23 +138,33 @@ class Call:
     def nbytes(self):
         return sum(backend.nbytes(a) for a in self.arrays)
 
-    def splice(self, nodes):
+    def splice(self, nodes, seq):
         """f evaluated again on its inputs themselves, recorded as ordinary records
         that hang off the inputs' own nodes: for a backward that is itself
         differentiated (rm.grad of rm.grad, rm.hvp), which then reverses them
-        like any other part of the graph.  Returns f's output leaf Tensors."""
+        like any other part of the graph.  The records are numbered just below
+        ``seq`` (the checkpoint's own record), where the computation they
+        recompute stood, so that a later sweep meets them after the checkpoint's
+        record, which hands them its cotangents (see _checkpoint_backward): f's
+        outputs then gather their cotangents in one place, as without
+        checkpointing, and second derivatives agree bit for bit.  Returns f's
+        output leaf Tensors."""
         inputs = [Tensor._from_record(a, node) for a, node in zip(self.arrays, nodes)]
         args, kwargs = unflatten(self.tree, inputs)
         rng = backend.random_state()
         backend.set_random_state(self.rng)
+        recorder = Recorder()  # lists them (and hands them on to an open tape: rm.jvp's)
         try:
-            with enable_grad():
+            with recorder, enable_grad():
                 out = self.f(*args, **kwargs)
         finally:
             backend.set_random_state(rng)
         out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
         self.check_replay(out_tree, out_arrays)
-        return flatten(out, is_value)[0]
+        outputs = flatten(out, is_value)[0]
+        if number_below(recorder.records, seq):
+            self.spliced = [t.node if isinstance(t, Tensor) else None for t in outputs]
+        return outputs
 
     def check_replay(self, out_tree, out_arrays):
         """Refuse a recomputation that does not give what the first run gave."""
@@ -203,10 +217,37 @@ class Call:
         return (step_tape, records) if keep_records else step_tape
 
 
+def number_below(records, seq):
+    """Give ``records`` (made just now, in order) sequence numbers between ``seq`` and
+    the latest record they read, in the same order; False (and nothing changed)
+    when no such room exists."""
+    own = {id(r) for r in records}
+    read = [
+        p.seq
+        for r in records
+        for p in r.parents or ()
+        if isinstance(p, Record) and id(p) not in own
+    ]
+    low = max([seq - 1, *read])
+    numbers = [low + (seq - low) * (k + 1) / (len(records) + 1) for k in range(len(records))]
+    if not all(low < a < b for a, b in zip(numbers, [*numbers[1:], seq])):
+        return False
+    for record, number in zip(records, numbers):
+        record.seq = number
+    return True
+
+
 def _checkpoint_backward(record, g, sweep):
     call, nodes = record.args[0], record.parents
+    if call.spliced is not None:  # recomputed into a recorded backward: cotangents go there
+        if not sweep.retain_graph:
+            record.release()
+        for node, gk in zip(call.spliced, g.parts):
+            if node and gk is not None:
+                sweep.add(node, gk)
+        return
     if sweep.create_graph:  # differentiated again: splice the recomputation into the graph
-        outputs = call.splice(nodes)
+        outputs = call.splice(nodes, record.seq)
         for t, gk in zip(outputs, g.parts):
             if t.node and gk is not None:
                 sweep.add(t.node, gk)

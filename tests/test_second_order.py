@@ -321,3 +321,34 @@ def test_a_parameter_changed_before_the_second_order_backward_is_refused():
     w.data[0, 0] += 1.0
     with pytest.raises((rm.ReplayError, rm.BackwardError), match="changed in place"):
         (g * g).sum().backward()
+
+
+def test_second_order_through_checkpoints_in_sequence_and_nested_is_bit_for_bit():
+    """The spliced recomputation is numbered where the computation it recomputes stood,
+    and the checkpoint hands it its cotangents: the same adds in the same order."""
+    x = rm.tensor(rng.standard_normal((2, 3)))
+    w0, v = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((3, 3))
+
+    def in_sequence(wrap):
+        def f(w):
+            h = wrap(lambda h, w: rm.sin(h @ w))(x, w)
+            return (wrap(lambda h, w: rm.tanh(h @ w))(h, w) ** 2).sum()
+
+        return f
+
+    def nested(wrap):
+        def f(w):
+            inner = wrap(lambda h: rm.tanh(h @ w) * 2)
+            return (wrap(lambda h: inner(inner(h)) + h)(x) ** 2).sum()
+
+        return f
+
+    def grad_of_grad(f):
+        return rm.grad(lambda w: (rm.grad(f)(w) ** 2).sum())(w0)
+
+    for program in (in_sequence, nested):
+        checkpointed, plain = program(rm.checkpoint), program(lambda f: f)
+        np.testing.assert_array_equal(grad_of_grad(checkpointed), grad_of_grad(plain))
+        np.testing.assert_array_equal(
+            rm.hvp(checkpointed, (w0,), (v,))[0], rm.hvp(plain, (w0,), (v,))[0]
+        )
