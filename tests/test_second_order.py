@@ -278,12 +278,14 @@ def test_second_order_holds_twice_the_first_order_runs_bytes():
     assert tangents.forward_steps == first.forward_steps  # the same schedule again
     assert tangents.peak_bytes <= 2 * first.peak_bytes
     assert tangents.peak_bytes > 1.5 * first.peak_bytes  # it does hold the tangents
-    assert hvp_peak < 3 * grad_peak  # tracemalloc: all the rest (arrays, records) included
+    # tracemalloc, all the rest included (measured 2.8x here: besides twice the chain's
+    # bytes, one reversed step's recorded backward with its tangents, mostly W-sized)
+    assert hvp_peak < 4 * grad_peak
     # reverse over reverse: the same run with tangents, and the chain reversed once more
     (_, gg_tangents, again), gg_peak = measured(reverse_over_reverse, revolve)
     assert gg_tangents.peak_bytes == tangents.peak_bytes
     assert again.schedule == "Revolve again" and again.peak_bytes == first.peak_bytes
-    assert gg_peak < 3 * grad_peak
+    assert gg_peak < 4 * grad_peak
     # within the budget: far below store-all's second order
     (_, store_all_tangents), store_all_peak = measured(forward_over_reverse, rm.Tape)
     assert tangents.peak_bytes < store_all_tangents.peak_bytes / 5
