@@ -111,11 +111,13 @@ def jacobian_by_rows(g, x, m):  # m VJPs
 
 
 def best_time(fn, repeats=5):
+    """The least CPU time of a few runs (on a shared machine, wall time also counts the
+    waits for a core)."""
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 
@@ -128,25 +130,29 @@ for n in (2, 8, 16, 33, 50, 58, 64):
     rows.append((n, m, best_time(lambda: jacobian_by_columns(g, x0)),
                  best_time(lambda: jacobian_by_rows(g, x0, m))))
 
-print(" n   m   by columns (n JVPs)   by rows (m VJPs)")
+print(" n   m   by columns (n JVPs)   by rows (m VJPs)   one JVP   one VJP")
 for n, m, tc, tr in rows:
-    print(f"{n:2d}  {m:2d}   {tc * 1e3:8.2f} ms          {tr * 1e3:8.2f} ms")
+    print(f"{n:2d}  {m:2d}   {tc * 1e3:8.2f} ms          {tr * 1e3:8.2f} ms"
+          f"        {tc / n * 1e6:5.0f} us  {tr / m * 1e6:5.0f} us")
 
 fig, ax = plt.subplots(figsize=(6, 3.2))
 ns = [r[0] for r in rows]
 ax.plot(ns, [r[2] * 1e3 for r in rows], "o-", label="by columns: n forward sweeps (rm.jvp)")
 ax.plot(ns, [r[3] * 1e3 for r in rows], "s-", label="by rows: m reverse sweeps (rm.grad)")
 ax.set_xlabel("inputs n (outputs m = 66 - n)")
-ax.set_ylabel("ms for the whole Jacobian")
+ax.set_ylabel("ms (CPU) for the whole Jacobian")
 ax.legend()
 fig.tight_layout()
 
 # %% [markdown]
-# The two lines cross near `n = m`: the cost follows the number of sweeps. (The
-# times are this machine's, from the run that wrote the notebook; the count of
-# sweeps, n against m, is the part that does not depend on the machine.)
-# Both sweeps cost about the same per op: `python -m benchmarks forward` measures
-# `rm.jvp` of a 1000-op chain beside the reverse sweep.
+# The cost follows the number of sweeps: n for columns, m for rows. Here one VJP
+# costs about twice one JVP (it evaluates the function, then sweeps back; the JVP
+# sweeps the recorded function forward, and `rm.grad` has more to set up), so the
+# lines cross a little past `n = m`, where n JVPs cost what m VJPs do. (The times
+# are CPU times on this machine, from the run that wrote the notebook; the count of
+# sweeps is the part that does not depend on the machine.) Per op, both sweeps
+# cost about the same: `python -m benchmarks forward` measures `rm.jvp` of a
+# 1000-op chain beside the reverse sweep.
 
 # %% [markdown]
 # ## Second order: forward over reverse, through a revolve loop
