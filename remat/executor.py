@@ -1154,7 +1154,14 @@ def tangents_read(records, tangents, step_tape):
             t = tangents.get(id(node))
             if t is not None:
                 kept[id(node)] = t
-    return kept, [kept[id(node)] for node in nodes if node and own(node) and id(node) in kept]
+    held = []
+    for node in nodes:
+        t = kept.get(id(node)) if node and own(node) else None
+        if isinstance(t, list):  # a chain's or checkpoint's: its outputs' tangents
+            held.extend(t)
+        elif t is not None:
+            held.append(t)
+    return kept, held
 
 
 class TangentStepTape(StepTape):
