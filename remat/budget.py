@@ -125,9 +125,11 @@ class Tape(Recorder):
     ``"2 GB"``): each loop, chain and scan is measured, planned with
     :class:`remat.schedules.Optimal` (``schedule=None`` or ``"optimal"``) and
     run within it (:mod:`remat.memory`); ``tape.stats.peak_bytes`` never
-    exceeds it, and ``tape.plans`` lists each chain's (schedule, measured
-    costs).  With ``snapshots=s`` (and ``schedule="revolve"``, the default
-    then, or ``"mixed"``) the two must agree: ``s`` slots must fit in the
+    exceeds it (for gradients: the run with tangents of ``rm.hvp`` or
+    ``rm.grad`` of ``rm.grad`` follows the same plan and holds up to twice
+    it), and ``tape.plans`` lists each chain's (schedule, measured costs).
+    With ``snapshots=s`` (and ``schedule="revolve"``, the default then, or
+    ``"mixed"``) the two must agree: ``s`` slots must fit in the
     budget under the measured costs; ``"revolve"`` or ``"mixed"`` without
     ``snapshots=`` take the most slots that fit.  Other schedules are refused.
 
