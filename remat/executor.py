@@ -47,6 +47,7 @@ from .functional import forward_sweep
 from .ops import TENSOR_NAMESPACE
 from .ops.core import Op
 from .pytree import flatten, unflatten
+from .selective import Reusing, Saving
 from .tape import (
     FORWARD_MODE,
     GRAD_ENABLED,
@@ -399,7 +400,10 @@ def saved_by(records, floor, inputs):
     input_ids = {id(node) for node in inputs}
     saved = []
     for record in records:
-        for a, node in zip(record.args, record.parents):
+        held = record.args
+        if record.op.custom_backward is not None:  # a checkpoint's record holds its Call
+            held = getattr(record.args[0], "arrays", held)
+        for a, node in zip(held, record.parents):
             inside = node is None or (
                 node.seq >= floor if isinstance(node, Record) else id(node) in input_ids
             )
@@ -407,6 +411,9 @@ def saved_by(records, floor, inputs):
                 saved.append(a)
         if record.ans is not None:
             saved.append(record.ans)
+        kept = getattr(record.args[0], "kept", None) if held is not record.args else None
+        if kept is not None:  # what a checkpoint's policy kept
+            saved.extend(kept.arrays())
     return saved
 
 
@@ -595,6 +602,7 @@ class ChainRun:
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(self.byte_limit)  # Tape(memory=): its budget
+        self.keeping = None  # a KeepingRun's: step index -> what its first run kept
         self.cotangent = None  # of x_position during the reverse sweep
         self.ys_cotangent = None
         self.xs_grads = None
@@ -861,6 +869,8 @@ class ChainRun:
             grads = reverse_step(self.outer_sweep, step_tape, self.seeds(i, self.cotangent))
             self.cotangent = self.gather(i, grads, self.xs_grads, step_tape)
             self.held.release(step_tape.saved)
+            if self.keeping is not None and i in self.keeping:
+                self.held.release(self.keeping.pop(i).arrays())
         self.position = None
 
     def seeds(self, i, state, ys=None):
@@ -1030,6 +1040,7 @@ class ChainRun:
         run.until, run.max_steps = None, self.stats.steps  # the length is known now
         run.current, run.position = self.start, 0
         run.slots, run.tapes, run.ys = {}, {}, {}
+        run.keeping = None  # a policy's kept values went with the first backward: recompute
         run.held = Holdings(None if kind else self.byte_limit)
         run.cotangent = run.ys_cotangent = run.xs_grads = run.outer_sweep = None
         what = "with tangents" if kind else "again"
@@ -1046,11 +1057,43 @@ class ChainRun:
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.held.peak)
         self.slots.clear()
         self.tapes.clear()
+        if self.keeping:
+            self.keeping.clear()
         if self.start is None:  # else kept: runs again are checked against them
             self.first = array("L")
         self.held = Holdings()
         self.current = (None, None)
         self.cotangent = self.outer_sweep = self.ys_cotangent = self.xs_grads = None
+
+
+class KeepingRun(ChainRun):
+    """A ChainRun under ``rm.Tape(policy=)`` (:mod:`remat.selective`): the first run of
+    each step keeps what the policy chooses, held (and counted) until the step is
+    reversed, and every later run of the step reuses it."""
+
+    def __init__(self, tape, *args):
+        super().__init__(tape, *args)
+        self.policy = tape.recompute
+        self.keeping = {}
+
+    def call_step(self, i, arrays, taped):
+        first = i == self.reached
+        kept = self.keeping.get(i)
+        if first:
+            frame = Saving(self.policy, self.check_values, self.full)
+        elif kept is not None:
+            why = self.forward.what_changed
+            frame = Reusing(kept, self.chain.name(i), ReplayError, self.full, why)
+        else:  # reversed already (a jvp after backward): nothing kept to reuse
+            return super().call_step(i, arrays, taped)
+        with frame:
+            result = super().call_step(i, arrays, taped)
+        if first:
+            kept = self.keeping[i] = frame.kept()  # released when step i is reversed
+            self.held.hold(kept.arrays())
+        else:
+            frame.finish()
+        return result
 
 
 # What carries out each action (a table of plain functions: bound methods kept on
@@ -1439,7 +1482,10 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
                 "the real and imaginary parts as two real leaves"
             )
     spec0 = Spec.of(tree0, x0)
-    run = ChainRun(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
+    # rm.Tape(policy=): the steps keep values for their recomputations (store-all has none)
+    keeps = getattr(tape, "recompute", None) is not None
+    kind = KeepingRun if keeps and not isinstance(schedule, schedules.StoreAll) else ChainRun
+    run = kind(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
     try:
         final, ys = run.run_forward()
     except BaseException:
