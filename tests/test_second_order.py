@@ -354,3 +354,20 @@ def test_second_order_through_checkpoints_in_sequence_and_nested_is_bit_for_bit(
         np.testing.assert_array_equal(
             rm.hvp(checkpointed, (w0,), (v,))[0], rm.hvp(plain, (w0,), (v,))[0]
         )
+
+
+def test_a_gradient_penalty_through_a_loop_can_be_reversed_twice():
+    """The loop kept x_0 (it ran inside a recorded rm.grad): with retain_graph=True its
+    backward runs the schedule again from x_0, and gives the same gradient again."""
+    w = rm.tensor(np.eye(3) * 0.5, requires_grad=True)
+    p = rm.tensor(np.ones((2, 3)), requires_grad=True)
+
+    def f(x):
+        return (rm.Tape(snapshots=2).loop(lambda h: rm.tanh(h @ w), x, steps=5) ** 2).sum()
+
+    g = rm.grad(f)(p)
+    penalty = (g * g).sum()
+    penalty.backward(retain_graph=True)
+    once = w.grad.copy()
+    penalty.backward()
+    np.testing.assert_array_equal(w.grad, once + once)
