@@ -29,7 +29,7 @@ import weakref
 
 from . import backend
 
-WATCHED = {}
+WATCHED: dict[int, Watch] = {}
 """id(memory owner) -> Watch, for every array handed out that is still alive."""
 
 OLDEST = [-1]

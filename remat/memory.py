@@ -94,7 +94,7 @@ def parse_bytes(value, where="Tape") -> int:
     if isinstance(value, str):
         match = _SIZE.fullmatch(value)
         unit = match and _UNITS.get(match.group(2).lower() or "b")
-        if not unit:
+        if not match or not unit:
             raise ValueError(
                 f"{where}: memory={value!r} is not a size; write a number and a unit, "
                 "e.g. '512 KiB', '64 MiB', '2 GB' (units: B, kB, MB, GB, TB, KiB, MiB, "

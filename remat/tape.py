@@ -332,7 +332,7 @@ class Recorder:
           #3  sum       scalar  0 B saved   inputs: #2
         """
         number = {id(r): k for k, r in enumerate(self.records, 1)}
-        rows = []
+        rows: list[tuple[str, ...]] = []
         for k, record in enumerate(self.records, 1):
             saved = "freed" if record.freed else f"{record.saved_bytes()} B saved"
             if record.freed:
@@ -382,7 +382,7 @@ class Recorder:
         <BLANKLINE>
         """
         number = {id(r): k for k, r in enumerate(self.records, 1)}
-        sources = {}  # id(node) -> (DOT name, its label) for nodes that are not our records
+        sources: dict[int, tuple[str, str]] = {}  # id(node) -> (DOT name, its label) for nodes that are not our records
         boxes, edges = [], []
         for k, record in enumerate(self.records, 1):
             saved = "freed" if record.freed else f"{record.saved_bytes()} B saved"

@@ -27,6 +27,7 @@ from.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import product
 
 from .. import backend
@@ -36,7 +37,7 @@ from ..tensor import Tensor, holds_tensors
 
 xp = backend.xp
 
-OPS = {}
+OPS: dict[str, Op] = {}
 """name -> Op: every differentiable primitive, in one table."""
 
 
@@ -154,7 +155,7 @@ def _guard(record):
     record.checks = checks(record.args)
 
 
-SHAPE_RULES = {}
+SHAPE_RULES: dict[str, Callable[..., str]] = {}
 """op name -> f(*operands) explaining, for a human, why their shapes do not fit."""
 
 

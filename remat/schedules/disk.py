@@ -103,6 +103,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from numbers import Real
+from typing import cast
 
 from .actions import (
     DISK,
@@ -123,9 +124,10 @@ INF = float("inf")
 
 def require_cost(owner: str, name: str, value: object) -> float:
     """A finite real number >= 0 (a write or read cost), else a ValueError."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < INF:
+    cost = cast(float, value)  # the stubs give numbers.Real no comparisons; a Real has them
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= cost < INF:
         raise ValueError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
-    return value
+    return cost
 
 
 def _memory_table(n_max: int, s: int) -> list:
@@ -173,7 +175,8 @@ class _Tables:
         # Right part in memory: M is convex, so of two split points the later
         # one, once at least as good, stays so as n grows (the cost matrix is
         # Monge).  `queue` keeps each useful split with the first n it wins.
-        queue, head = [], 0
+        queue: list[tuple[int, int]] = []
+        head = 0
         right_kinks = [] if right is None else _convex_kinks(right, n_max + 1)
         for n in range(2, n_max + 1):
             best, arg = M[n], 0
@@ -239,7 +242,8 @@ class _Tables:
         Stops early when a level equals the one below: then every higher one
         does too (the recurrence is the same).
         """
-        Ps, splits = [None], [None]
+        Ps: list[list | None] = [None]
+        splits: list[list | None] = [None]
         for m in range(1, d + 1):
             P, split = self._level(Ps[-1])
             if m >= 2 and P == Ps[-1]:
@@ -273,7 +277,8 @@ class _Tables:
             ):
                 longest = j
         c_kinks = [b for b in _convex_kinks(C, n_max + 1) if b < longest]
-        D, split, d_kinks = [0, 0], [0, 0], []
+        D, split = [0, 0], [0, 0]
+        d_kinks: list[int] = []
         for n in range(2, n_max + 1):
             best, arg = M[n], 0
             top = min(longest, n - 1)  # segments of 1 .. top steps
@@ -469,7 +474,10 @@ class TwoLevel:
         self.write_cost, self.read_cost = wc, rc
         tables = _Tables(n, s, wc, rc)
         self._M = tables.M
-        self._P, self._split = tables.two_level(d) if d else ([None], [None])
+        self._P: list = [None]
+        self._split: list = [None]
+        if d:
+            self._P, self._split = tables.two_level(d)
         self.cost = self._M[n] if d == 0 else min(self._M[n], wc + self._P[d][n])
         self.x0_level = None if n == 1 else MEMORY if self._on_memory(n, d) else DISK
 

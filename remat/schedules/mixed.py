@@ -103,6 +103,7 @@ class Mixed:
             length = b - a
             if length <= budget + 1:
                 return a  # everything left fits: tape it
+            assert choices is not None  # n > s + 1 here, or the segment fits
             i = choices[budget][length]
             return a if i == 0 else a + i
 

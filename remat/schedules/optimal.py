@@ -74,6 +74,7 @@ from itertools import repeat
 from math import ceil, gcd
 from numbers import Integral, Real
 from operator import add
+from typing import Any
 
 from .actions import Action, Free, Snapshot
 from .costs import ChainCosts
@@ -95,7 +96,7 @@ class Optimal:
     once, and ``exact`` whether no size had to be rounded.
     """
 
-    def __init__(self, costs: ChainCosts, memory, levels: int = 128) -> None:
+    def __init__(self, costs: ChainCosts, memory: float, levels: int = 128) -> None:
         if not isinstance(costs, ChainCosts):
             raise ValueError(f"Optimal: costs must be a ChainCosts, got {costs!r}")
         if isinstance(memory, bool) or not isinstance(memory, Real) or not memory >= 0:
@@ -103,9 +104,9 @@ class Optimal:
         if isinstance(levels, bool) or not isinstance(levels, Integral) or levels < 1:
             raise ValueError(f"Optimal: levels must be an integer >= 1, got {levels!r}")
         self.costs = costs
-        self.memory = memory
-        self.steps = costs.steps
-        self._plan = None  # None: store all
+        self.memory: float = memory
+        self.steps: int = costs.steps
+        self._plan: _Plan | _UniformPlan | None = None  # None: store all
         if sum(costs.tape_bytes) > memory:
             need = minimum_bytes(costs)
             if memory < need:
@@ -115,7 +116,7 @@ class Optimal:
                 )
             levels = int(levels)
             limit = max(levels, _MAX_LEVELS)
-            kind = _UniformPlan if _uniform(costs) else _Plan
+            kind: type[_Plan] | type[_UniformPlan] = _UniformPlan if _uniform(costs) else _Plan
             while True:
                 plan = kind(costs, memory, levels)
                 if plan.feasible or plan.exact or levels >= limit:
@@ -135,7 +136,8 @@ class Optimal:
             self._plan = plan
         self.levels = levels
         self.exact = self._plan is None or self._plan.exact
-        self._choices = {}  # (a, b, level) -> first move, for the segments the plan visits
+        # (a, b, level) -> first move, for the segments the plan visits
+        self._choices: dict[tuple[int, int, int], int] = {}
         self.snapshots = _peak_slots(self._actions(self._record))
         if self._plan is not None:
             self._plan.release()  # the table is O(n^2 levels); the choices are all it needs
@@ -156,6 +158,7 @@ class Optimal:
         return split_actions(self.steps, plan.budget, choose, plan.after_tape, plan.after_store)
 
     def _record(self, a: int, b: int, level: int) -> int:
+        assert self._plan is not None  # _actions calls it only for a plan
         move = self._choices[a, b, level] = self._plan.choose(a, b, level)
         return move
 
@@ -199,23 +202,23 @@ def minimum_bytes(costs: ChainCosts):
     n = costs.steps
     s, t = costs.state_bytes, costs.tape_bytes
     if _uniform(costs):  # P depends on the length only: P[L]
-        P = [0, t[0]]
+        P: list[float] = [0, t[0]]
         for length in range(2, n + 1):
             j = _crossing(1, length - 1, lambda j: s[0] + P[length - j] > P[j])
             candidates = (max(s[0] + P[length - i], P[i]) for i in (j - 1, j) if 0 < i < length)
             P.append(min(t[0] + P[length - 1], *candidates))
         return P[n]
-    P = [[0] * (n + 1) for _ in range(n + 1)]  # P[a][b]; P[b][b] = 0
-    ends = [[0] * (n + 1) for _ in range(n + 1)]  # ends[b][j] = P[j][b], for slices over j
+    table: list[list[float]] = [[0] * (n + 1) for _ in range(n + 1)]  # P(a, b); P(b, b) = 0
+    ends: list[list[float]] = [[0] * (n + 1) for _ in range(n + 1)]  # ends[b][j] = P(j, b)
     for length in range(1, n + 1):
         for a in range(0, n - length + 1):
             b = a + length
-            best = t[a] + P[a + 1][b]
+            best = t[a] + table[a + 1][b]
             if length > 1:
-                splits = map(max, map(add, repeat(s[a]), ends[b][a + 1 : b]), P[a][a + 1 : b])
+                splits = map(max, map(add, repeat(s[a]), ends[b][a + 1 : b]), table[a][a + 1 : b])
                 best = min(best, min(splits))
-            P[a][b] = ends[b][a] = best
-    return P[0][n]
+            table[a][b] = ends[b][a] = best
+    return table[0][n]
 
 
 def _crossing(lo: int, hi: int, before) -> int:
@@ -236,7 +239,7 @@ def _crossing(lo: int, hi: int, before) -> int:
 class _Plan:
     """The dynamic programme's table over integer memory levels, and the choices it implies."""
 
-    def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
+    def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
         n = costs.steps
         self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget, self.su, self.tu = budget, su, tu
@@ -246,7 +249,7 @@ class _Plan:
         self.tp = tp = _prefix(tu)
         K = budget
         # D[a][b]: times for levels 0..K; lo[a][b]: the first feasible level (K + 1: none)
-        D = [[None] * (n + 1) for _ in range(n)]
+        D: list[list[Any]] = [[None] * (n + 1) for _ in range(n)]
         lo = [[K + 1] * (n + 1) for _ in range(n + 1)]
         for b in range(n + 1):
             lo[b][b] = 0
@@ -297,7 +300,7 @@ class _Plan:
 
     def release(self) -> None:
         """Drop the table once the plan's choices are recorded."""
-        self.D = self.lo = None
+        self.D, self.lo = [], []  # a choose() after this fails loudly (IndexError)
 
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.tu[a]
@@ -324,6 +327,7 @@ class _Plan:
                     return j
                 if value < best:
                     best, choice = value, j
+        assert choice is not None  # the level is feasible, so some move reaches it
         return choice
 
 
@@ -337,7 +341,7 @@ class _UniformPlan:
     taped once), so splits are only tried while that bound beats the best so far.
     """
 
-    def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
+    def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
         n = costs.steps
         self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget = K = budget
@@ -386,7 +390,7 @@ class _UniformPlan:
 
     def release(self) -> None:
         """Drop the table once the plan's choices are recorded."""
-        self.cols = self.adv = None
+        self.cols, self.adv = [], []  # a choose() after this fails loudly (IndexError)
 
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.t
@@ -413,6 +417,7 @@ class _UniformPlan:
                     return a + i
                 if value < best:
                     best, choice = value, a + i
+        assert choice is not None  # the level is feasible, so some move reaches it
         return choice
 
 

@@ -146,8 +146,8 @@ def simulate(schedule, steps: int | None = None, costs: ChainCosts | None = None
         reads=dict(run.reads),
         peak_disk_snapshots=run.peak_disk,
         peak_held=meter.peak_held,
-        peak_bytes=meter.peak_bytes,
-        time=meter.time,
+        peak_bytes=None if costs is None else meter.peak_bytes,
+        time=None if costs is None else meter.time,
     )
 
 
@@ -165,9 +165,9 @@ class _Meter:
         self.slots: dict[tuple[int, str], int] = {}  # (slot, level) -> position
         self.tapes = 0
         self.peak_held = 0
-        self.bytes = 0
-        self.peak_bytes = None if costs is None else 0
-        self.time = None if costs is None else 0
+        self.bytes: float = 0  # bytes and time stay 0 without costs (reported as None)
+        self.peak_bytes: float = 0
+        self.time: float = 0
 
     def apply(self, action) -> None:
         kind, costs = type(action), self.costs
@@ -201,7 +201,7 @@ class _Meter:
         held = len(self.slots) + self.tapes
         if held > self.peak_held:
             self.peak_held = held
-        if costs is not None and self.bytes > self.peak_bytes:
+        if self.bytes > self.peak_bytes:
             self.peak_bytes = self.bytes
 
 
