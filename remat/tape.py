@@ -382,7 +382,8 @@ class Recorder:
         <BLANKLINE>
         """
         number = {id(r): k for k, r in enumerate(self.records, 1)}
-        sources: dict[int, tuple[str, str]] = {}  # id(node) -> (DOT name, its label) for nodes that are not our records
+        # id(node) -> (DOT name, its label) for nodes that are not our records
+        sources: dict[int, tuple[str, str]] = {}
         boxes, edges = [], []
         for k, record in enumerate(self.records, 1):
             saved = "freed" if record.freed else f"{record.saved_bytes()} B saved"
