@@ -332,7 +332,7 @@ def clip(x: TensorLike, a_min: TensorLike | None = None, a_max: TensorLike | Non
     """
     a_min, a_max = (as_tensor(b) if isinstance(b, (list, tuple)) else b for b in (a_min, a_max))
     if any(isinstance(b, Tensor) and b.requires_grad for b in (a_min, a_max)):
-        out = x if a_min is None else maximum(x, a_min)
+        out = as_tensor(x) if a_min is None else maximum(x, a_min)
         return out if a_max is None else minimum(out, a_max)
     bounds = {}
     for name, bound in (("a_min", a_min), ("a_max", a_max)):
