@@ -78,7 +78,7 @@ def value_and_grad(
     (5.0, array([2., 4.]))
     """
     single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
     def value_and_grad_f(*args):
         for n in nums:
