@@ -172,7 +172,8 @@ class Tape(Recorder):
             self.policy = Policy(self.memory_schedule, snapshots)
         self.recompute = check_policy(policy)
         self.loops: list[LoopStats] = []  # the LoopStats of each chain run on this tape
-        self.plans: list[tuple[Any, Any]] = []  # under memory=: (schedule, measured ChainCosts) of each chain
+        # under memory=: (schedule, measured ChainCosts) of each chain
+        self.plans: list[tuple[Any, Any]] = []
         self.trace = trace
         if check_replay not in (True, False, "full"):
             raise ValueError(
