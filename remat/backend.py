@@ -37,7 +37,15 @@ DEVICES = ("cpu", "cuda")
 
 
 class DeviceError(RuntimeError):
-    """A device that is not available, or arrays on two devices in one op."""
+    """A device that is not available, or arrays on two devices in one op.
+
+    >>> import remat as rm
+    >>> try:
+    ...     rm.ones(2, device="tpu")
+    ... except rm.DeviceError as error:
+    ...     print(error)
+    unknown device 'tpu'; choose 'cpu' or 'cuda'
+    """
 
 
 # --- devices ---------------------------------------------------------------------

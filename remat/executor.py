@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import backend, guard, schedules
@@ -60,15 +61,47 @@ from .tensor import Tensor
 
 
 class LoopError(RuntimeError):
-    """A checkpointed loop could not run: a bad step, or a step that failed."""
+    """A checkpointed loop could not run: a bad step, or a step that failed.
+
+    >>> import remat as rm
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     try:
+    ...         tape.loop(lambda h: (h, h), rm.ones(1, requires_grad=True), steps=3)
+    ...     except rm.LoopError as error:
+    ...         print(type(error).__name__)
+    StepOutputError
+    """
 
 
 class StepOutputError(LoopError, TypeError, ValueError):
-    """A step returned a state of another structure, shape or dtype than it was given."""
+    """A step returned a state of another structure, shape or dtype than it was given.
+
+    >>> import remat as rm
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     try:
+    ...         tape.loop(lambda h: h.sum(), rm.ones(3, requires_grad=True), steps=3)
+    ...     except rm.StepOutputError as error:
+    ...         print(str(error).split(" of shape")[0])
+    tape.loop: step 0 returned a state with leaf 0
+    """
 
 
 class ReplayError(LoopError):
-    """A recomputed step (or checkpointed function) did not reproduce its first run."""
+    """A recomputed step (or checkpointed function) did not reproduce its first run.
+
+    >>> import remat as rm
+    >>> calls = []
+    >>> def step(h):  # depends on how often it ran: a recomputation differs
+    ...     calls.append(1)
+    ...     return h * float(len(calls))
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     h = tape.loop(step, rm.ones(1, requires_grad=True), steps=4)
+    >>> try:
+    ...     h.sum().backward()
+    ... except rm.ReplayError as error:
+    ...     print(type(error).__name__)
+    ReplayError
+    """
 
 
 REPLAY_CAUSES = (
@@ -95,6 +128,14 @@ class LoopStats:
     "measured" for this chain or "reused" from an earlier one, and
     ``predicted_seconds`` is the plan's time under the measured costs (with a
     measured overhead per action that runs steps).
+
+    >>> import remat as rm
+    >>> with rm.Tape(snapshots=4) as tape:
+    ...     h = tape.loop(lambda h: h * 0.9, rm.ones(8, requires_grad=True), steps=100)
+    >>> h.sum().backward()
+    >>> s = tape.stats
+    >>> s.steps, s.forward_steps, s.recomputed_steps, s.peak_snapshots, s.schedule
+    (100, 474, 374, 4, 'Revolve')
     """
 
     steps: int = 0
@@ -111,10 +152,12 @@ class LoopStats:
 
     @property
     def recomputed_steps(self) -> int:
+        """Step evaluations beyond the first of each step: ``forward_steps - steps``."""
         return self.forward_steps - self.steps
 
     @classmethod
-    def combine(cls, stats):
+    def combine(cls, stats: Iterable[LoopStats]) -> LoopStats:
+        """The counts of several chains added up (peaks: the largest), as ``tape.stats``."""
         stats = list(stats)
         return cls(
             steps=sum(s.steps for s in stats),
@@ -127,7 +170,7 @@ class LoopStats:
             memory=max((s.memory for s in stats if s.memory is not None), default=None),
             plan=", ".join(s.plan for s in stats if s.plan),
             predicted_seconds=(
-                sum(s.predicted_seconds for s in stats)
+                sum(s.predicted_seconds or 0.0 for s in stats)
                 if stats and all(s.predicted_seconds is not None for s in stats)
                 else None
             ),

@@ -40,6 +40,16 @@ class Tensor:
     old value refuses to run (see :mod:`remat.guard`).  ``np.asarray(t)`` and
     ``t.numpy()`` are read-only views, free to take.  The operators ``+=``, ``-=``, ``*=``, ``/=``
     give the tensor a new value without touching the old one.
+
+    >>> import remat as rm
+    >>> w = rm.Tensor([[1.0, 2.0]], requires_grad=True)
+    >>> y = (w @ w.T).sum()
+    >>> y
+    tensor(5., op=sum)
+    >>> y.backward(); w.grad
+    array([[2., 4.]])
+    >>> w.shape, w.dtype, w.device, w.is_leaf, y.is_leaf
+    ((1, 2), dtype('float64'), 'cpu', True, False)
     """
 
     __slots__ = ("_data", "grad", "node", "__weakref__")
@@ -376,7 +386,15 @@ def as_leaf_dtype(g, leaf):
 
 
 class DTypeError(TypeError, ValueError):
-    """An array of the wrong dtype for what was asked (gradients need floats)."""
+    """An array of the wrong dtype for what was asked (gradients need floats).
+
+    >>> import remat as rm
+    >>> try:
+    ...     rm.tensor([1, 2], requires_grad=True)
+    ... except rm.DTypeError as error:
+    ...     print(str(error).split(";")[0])
+    requires_grad=True needs a floating-point array
+    """
 
 
 def _check_differentiable_dtype(dtype):
@@ -398,6 +416,13 @@ def tensor(
     ``requires_grad=True`` makes it a leaf whose gradient backward() fills in;
     it needs a floating-point dtype.  ``device`` is "cpu" or "cuda" (default:
     where ``data`` is; the CPU for lists and scalars).
+
+    >>> import remat as rm
+    >>> rm.tensor([1, 2, 3])
+    tensor([1, 2, 3])
+    >>> x = rm.tensor([1, 2], dtype="float32", requires_grad=True)
+    >>> x
+    tensor([1., 2.], dtype=float32, requires_grad=True)
     """
     if isinstance(data, Tensor):
         data = data._data

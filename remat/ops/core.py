@@ -46,7 +46,15 @@ OPS: dict[str, Op] = {}
 
 
 class ShapeError(ValueError):
-    """An op was given arrays whose shapes do not fit together."""
+    """An op was given arrays whose shapes do not fit together.
+
+    >>> import remat as rm
+    >>> try:
+    ...     rm.ones(2) + rm.ones(3)
+    ... except rm.ShapeError as error:
+    ...     print(str(error).split(":")[0:2])
+    ['add', ' cannot combine operands of shapes (2,) and (3,)']
+    """
 
 
 class Op:
