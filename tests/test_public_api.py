@@ -75,7 +75,8 @@ def _members(cls):
             if attr.startswith("_") and attr != "__init__":
                 continue
             if isinstance(value, property):
-                yield attr, value.fget, True
+                if inspect.isfunction(value.fget):  # not a field getter (operator.itemgetter)
+                    yield attr, value.fget, True
             elif isinstance(value, (staticmethod, classmethod)):
                 yield attr, value.__func__, False
             elif inspect.isfunction(value):

@@ -20,7 +20,14 @@ SCHEDULE_NAMES = ("store_all", "sqrt", "periodic", "revolve", "online", "mixed")
 def make_schedule(
     name: str, steps: int | None = None, snapshots: int | None = None
 ) -> StoreAll | Sqrt | Periodic | Revolve | Mixed | Online:
-    """Build the schedule called ``name`` (one of :data:`SCHEDULE_NAMES`)."""
+    """Build the schedule called ``name`` (one of :data:`SCHEDULE_NAMES`).
+
+    >>> from remat.schedules import make_schedule
+    >>> make_schedule('revolve', steps=100, snapshots=5)
+    Revolve(steps=100, snapshots=5)
+    >>> make_schedule('online', snapshots=4)
+    Online(snapshots=4)
+    """
     uses = {
         "store_all": ("steps",),
         "sqrt": ("steps",),

@@ -38,6 +38,13 @@ class ChainCosts:
     ``ChainCosts.uniform(n, ...)`` builds the costs of a loop whose steps are
     all alike.  The sequences are stored as tuples of plain ``int`` (integral
     inputs, NumPy's included) and ``float``; ``len(costs)`` is ``n``.
+
+    >>> from remat.schedules import ChainCosts
+    >>> costs = ChainCosts([1.0, 2.0], [2.0, 4.0], [8, 8, 16], [24, 48])
+    >>> costs.steps, costs.tape_bytes
+    (2, (24, 48))
+    >>> ChainCosts.uniform(3, 1.0, 2.0, 8, 24).state_bytes
+    (8, 8, 8, 8)
     """
 
     forward_time: tuple[float, ...]

@@ -313,23 +313,35 @@ def _check(owner, steps, snapshots, write_cost, read_cost):
     return n, s, wc, rc
 
 
-def disk_revolve_cost(steps: int, snapshots: int, write_cost, read_cost):
+def disk_revolve_cost(
+    steps: int, snapshots: int, write_cost: float, read_cost: float
+) -> float:
     """Optimal extra cost with ``snapshots`` memory slots and an unbounded disk.
 
     ``advances + write_cost * disk writes + read_cost * disk reads`` of
     :class:`DiskRevolve` (Aupy et al. 2016's ``Opt_inf(steps - 1, snapshots)``
     with ``uf = 1, ub = 0``).
+
+    >>> from remat.schedules import disk_revolve_cost
+    >>> disk_revolve_cost(30, 2, write_cost=2, read_cost=2)
+    80
     """
     n, s, wc, rc = _check("disk_revolve_cost", steps, snapshots, write_cost, read_cost)
     return _Tables(n, s, wc, rc).unbounded()[2][n]
 
 
-def two_level_cost(steps: int, snapshots: int, disk_snapshots: int, write_cost, read_cost):
+def two_level_cost(
+    steps: int, snapshots: int, disk_snapshots: int, write_cost: float, read_cost: float
+) -> float:
     """Optimal extra cost with ``snapshots`` memory and ``disk_snapshots`` disk slots.
 
     ``advances + write_cost * disk writes + read_cost * disk reads`` of
     :class:`TwoLevel` (Herrmann and Pallez 2020's optimum for two levels);
     with ``disk_snapshots = 0`` it is Revolve's ``E(n, s)``.
+
+    >>> from remat.schedules import two_level_cost
+    >>> two_level_cost(30, 2, 0, 2, 2), two_level_cost(30, 2, 3, 2, 2)
+    (126, 81)
     """
     n, s, d, wc, rc = _check_two(
         "two_level_cost", steps, snapshots, disk_snapshots, write_cost, read_cost
@@ -401,11 +413,17 @@ class DiskRevolve:
     read_cost)``, and ``x0_level`` says where ``x_0`` is stored.  Disk slots
     are numbered from 0 (``x_0``'s) by depth; ``disk_snapshots`` is ``None``
     (unbounded).
+
+    >>> from remat.schedules import DiskRevolve, simulate
+    >>> plan = DiskRevolve(steps=30, snapshots=2, write_cost=2, read_cost=2)
+    >>> r = simulate(plan)
+    >>> plan.cost, r.writes, r.reads
+    (80, {'memory': 12, 'disk': 4}, {'memory': 25, 'disk': 4})
     """
 
     disk_snapshots = None
 
-    def __init__(self, steps: int, snapshots: int, write_cost, read_cost) -> None:
+    def __init__(self, steps: int, snapshots: int, write_cost: float, read_cost: float) -> None:
         self.steps, self.snapshots, self.write_cost, self.read_cost = _check(
             "DiskRevolve", steps, snapshots, write_cost, read_cost
         )
@@ -462,10 +480,20 @@ class TwoLevel:
     conventions are in :mod:`.disk`; ``cost`` is the optimum,
     ``two_level_cost(...)``, and ``x0_level`` says where ``x_0`` is stored.
     The disk slot of a segment with ``m`` slots left is ``disk_snapshots - m``.
+
+    >>> from remat.schedules import TwoLevel, simulate
+    >>> plan = TwoLevel(30, snapshots=2, disk_snapshots=3, write_cost=2, read_cost=2)
+    >>> plan.cost, simulate(plan).peak_disk_snapshots
+    (81, 3)
     """
 
     def __init__(
-        self, steps: int, snapshots: int, disk_snapshots: int, write_cost, read_cost
+        self,
+        steps: int,
+        snapshots: int,
+        disk_snapshots: int,
+        write_cost: float,
+        read_cost: float,
     ) -> None:
         n, s, d, wc, rc = _check_two(
             "TwoLevel", steps, snapshots, disk_snapshots, write_cost, read_cost

@@ -94,6 +94,12 @@ class Optimal:
     plan's time and peak under the model of :mod:`.costs` (what
     :func:`.simulate` reports for it), ``snapshots`` the most slots it uses at
     once, and ``exact`` whether no size had to be rounded.
+
+    >>> from remat.schedules import ChainCosts, Optimal, simulate
+    >>> costs = ChainCosts.uniform(20, 1.0, 2.0, 100, 300)
+    >>> plan = Optimal(costs, memory=1500)
+    >>> plan.predicted_peak_bytes <= 1500, plan.predicted_time, simulate(plan, costs=costs).time
+    (True, 57.0, 57.0)
     """
 
     def __init__(self, costs: ChainCosts, memory: float, levels: int = 128) -> None:
@@ -198,6 +204,10 @@ def minimum_bytes(costs: ChainCosts):
     holds no more), so in ``max(s + P[L - i], P[i])`` the first term falls and
     the second grows with ``i`` and the best split is found by bisection:
     ``O(n log n)``.
+
+    >>> from remat.schedules import ChainCosts, minimum_bytes
+    >>> minimum_bytes(ChainCosts.uniform(20, 1.0, 2.0, 100, 300))
+    400
     """
     n = costs.steps
     s, t = costs.state_bytes, costs.tape_bytes

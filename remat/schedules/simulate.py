@@ -38,7 +38,18 @@ from .costs import ChainCosts
 
 
 class ScheduleError(ValueError):
-    """A schedule broke a rule of the action vocabulary."""
+    """A schedule broke a rule of the action vocabulary.
+
+    >>> from remat.schedules import ScheduleError, StoreAll, Tape, End, simulate
+    >>> class Skips(StoreAll):
+    ...     def __iter__(self):
+    ...         return iter([Tape(0, 2), End()])
+    >>> try:
+    ...     simulate(Skips(2))
+    ... except ScheduleError as error:
+    ...     print(str(error)[:50])
+    action #1 End(): steps 1 down to 0 are not reverse
+    """
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,11 @@ class Simulation:
     evaluation and ``reverse_time[i]`` over every taped one, and ``peak_bytes``
     the most bytes held at once (states in slots plus tapes held, each step's
     tape counted as ``tape_bytes[i]``); without costs both are None.
+
+    >>> from remat.schedules import Revolve, simulate
+    >>> r = simulate(Revolve(steps=10, snapshots=2))
+    >>> r.steps, r.forward_steps, r.peak_snapshots, r.peak_tapes
+    (10, 30, 2, 1)
     """
 
     steps: int
@@ -86,6 +102,13 @@ def simulate(schedule, steps: int | None = None, costs: ChainCosts | None = None
     ``costs`` (a :class:`~.costs.ChainCosts` of the loop's length) adds
     ``time`` and ``peak_bytes`` to the result; it may also be passed in place
     of ``steps``, as in ``simulate(Optimal(costs, memory), costs)``.
+
+    >>> from remat.schedules import ChainCosts, Revolve, simulate
+    >>> costs = ChainCosts.uniform(10, forward_time=1.0, reverse_time=2.0,
+    ...                            state_bytes=8, tape_bytes=24)
+    >>> r = simulate(Revolve(steps=10, snapshots=2), costs=costs)
+    >>> r.forward_steps, r.time, r.peak_bytes
+    (30, 40.0, 40)
     """
     if isinstance(steps, ChainCosts):
         if costs is not None:
