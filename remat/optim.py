@@ -73,7 +73,8 @@ class Optimizer:
             unique.setdefault(id(p), p)  # a tensor named twice in the tree is updated once
         self.params = list(unique.values())
         self.lr = _positive(name, "lr", lr)
-        self.state: list[Any] = [None] * len(self.params)  # per parameter: the buffers, made at its first step
+        # per parameter: the buffers, made at its first step
+        self.state: list[Any] = [None] * len(self.params)
 
     def zero_grad(self) -> None:
         """Set every parameter's ``.grad`` to None (the next backward starts afresh)."""
