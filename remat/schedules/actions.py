@@ -36,13 +36,44 @@ but two actions are equal only when they have the same type, so
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from operator import itemgetter
+from typing import Protocol
 
 MEMORY = "memory"
 """Storage level of a slot held in the memory of the running process."""
 
 DISK = "disk"
 """Storage level of a slot held in a file: writing and reading it costs time."""
+
+
+class Schedule(Protocol):
+    """What every schedule is, for type checkers: an iterable of actions that says
+    how many steps it reverses (None: learned when the loop ends, as
+    :class:`~.online.Online`) with how many slots.  The executor, ``rm.Tape(schedule=)``
+    and :func:`~.simulate.simulate` take any object of this shape.
+
+    >>> from remat.schedules import Revolve, Schedule, Tape, End, EndForward, Reverse
+    >>> class OneTape:  # a schedule of one's own: tape everything (store-all)
+    ...     snapshots = 0
+    ...     def __init__(self, steps: int) -> None:
+    ...         self.steps = steps
+    ...     def __iter__(self):
+    ...         n = self.steps
+    ...         return iter([Tape(0, n), EndForward(), Reverse(0, n), End()])
+    >>> def evaluations(schedule: Schedule) -> int:
+    ...     return sum(a.stop - a.start for a in schedule if isinstance(a, Tape))
+    >>> evaluations(OneTape(10)), evaluations(Revolve(10, 2))
+    (10, 10)
+    """
+
+    @property
+    def steps(self) -> int | None: ...
+
+    @property
+    def snapshots(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Action]: ...
 
 
 def _field(index: int, doc: str) -> property:

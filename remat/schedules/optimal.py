@@ -192,7 +192,7 @@ def _peak_slots(actions) -> int:
     return peak
 
 
-def minimum_bytes(costs: ChainCosts):
+def minimum_bytes(costs: ChainCosts) -> float:
     """The least peak, in bytes, of any schedule in Optimal's class for ``costs``.
 
     The same recursion as the time, minimising the peak instead:

@@ -30,6 +30,7 @@ from .actions import (
     Free,
     Restore,
     Reverse,
+    Schedule,
     Snapshot,
     Tape,
 )
@@ -91,7 +92,9 @@ class Simulation:
     time: float | None = None
 
 
-def simulate(schedule, steps: int | None = None, costs: ChainCosts | None = None) -> Simulation:
+def simulate(
+    schedule: Schedule, steps: int | ChainCosts | None = None, costs: ChainCosts | None = None
+) -> Simulation:
     """Validate ``schedule`` action by action and count its cost.
 
     ``steps`` is required for an online schedule (``schedule.steps is None``):
