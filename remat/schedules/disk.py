@@ -101,9 +101,9 @@ equal to the one below ends the table: more disk slots would not be used).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from numbers import Real
-from typing import cast
+from typing import Any, cast
 
 from .actions import (
     DISK,
@@ -157,7 +157,7 @@ def _convex_kinks(table: list, stop: int) -> list:
 class _Tables:
     """The optimal costs (and splits) of every chain up to ``n_max`` steps."""
 
-    def __init__(self, n_max: int, s: int, write_cost, read_cost) -> None:
+    def __init__(self, n_max: int, s: int, write_cost: float, read_cost: float) -> None:
         self.n_max, self.s, self.wc, self.rc = n_max, s, write_cost, read_cost
         self.M = _memory_table(n_max, s)
 
@@ -386,7 +386,7 @@ class _Generator:
             if type(action) is not EndForward:
                 yield action
 
-    def run(self, expand, root) -> Iterator[Action]:
+    def run(self, expand: Callable[[Any], Sequence[Any]], root: Any) -> Iterator[Action]:
         """Depth-first: ``expand(task)`` returns the parts of a task, in order."""
         stack = [root]
         while stack:

@@ -68,13 +68,13 @@ search (store all).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
 from itertools import repeat
 from math import ceil, gcd
 from numbers import Integral, Real
 from operator import add
-from typing import Any
+from typing import Any, TypeVar
 
 from .actions import Action, Free, Snapshot
 from .costs import ChainCosts
@@ -82,6 +82,7 @@ from .simulate import simulate
 from .splits import split_actions
 
 _INF = float("inf")
+T = TypeVar("T")
 _MAX_LEVELS = 1 << 14  # a budget lost to rounding is planned again with up to this many
 
 
@@ -157,7 +158,7 @@ class Optimal:
     def __iter__(self) -> Iterator[Action]:
         return self._actions(self._replay)
 
-    def _actions(self, choose) -> Iterator[Action]:
+    def _actions(self, choose: Callable[[int, int, int], int]) -> Iterator[Action]:
         plan = self._plan
         if plan is None:
             return split_actions(self.steps, 0, _tape, _same, _same)
@@ -172,15 +173,15 @@ class Optimal:
         return self._choices[a, b, level]
 
 
-def _tape(a: int, b: int, budget) -> int:
+def _tape(a: int, b: int, budget: object) -> int:
     return a
 
 
-def _same(a: int, budget):
+def _same(a: int, budget: T) -> T:
     return budget
 
 
-def _peak_slots(actions) -> int:
+def _peak_slots(actions: Iterable[Action]) -> int:
     used = peak = 0
     for action in actions:
         kind = type(action)
@@ -231,7 +232,7 @@ def minimum_bytes(costs: ChainCosts) -> float:
     return table[0][n]
 
 
-def _crossing(lo: int, hi: int, before) -> int:
+def _crossing(lo: int, hi: int, before: Callable[[int], bool]) -> int:
     """The first ``j`` in ``[lo, hi]`` where ``before(j)`` is false (``hi`` if none), by bisection.
 
     ``before`` must hold on a prefix of the range: "the falling term is still
@@ -445,7 +446,9 @@ def _uniform(costs: ChainCosts) -> bool:
     )
 
 
-def _units(costs: ChainCosts, memory, levels: int):
+def _units(
+    costs: ChainCosts, memory: float, levels: int
+) -> tuple[bool, int, list[int], list[int]]:
     """``(exact, budget, state units, tape units)``: the sizes on the programme's levels.
 
     Exact when every size is an integer and their gcd ``g`` gives at most
@@ -467,8 +470,9 @@ def _units(costs: ChainCosts, memory, levels: int):
     return not any(sizes), levels, su, tu  # all sizes zero: nothing was rounded
 
 
-def _prefix(values) -> list:
-    total, out = 0, [0]
+def _prefix(values: Iterable[Any]) -> list[Any]:  # of ints (sizes) or floats (times)
+    total: Any = 0
+    out = [total]
     for v in values:
         total = total + v
         out.append(total)

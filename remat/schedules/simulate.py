@@ -18,11 +18,14 @@ byte model of :mod:`.costs`: ``time`` and ``peak_bytes`` (see :class:`_Meter`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 from .actions import (
     DISK,
     MEMORY,
+    Action,
     Advance,
     Discard,
     End,
@@ -195,7 +198,7 @@ class _Meter:
         self.peak_bytes: float = 0
         self.time: float = 0
 
-    def apply(self, action) -> None:
+    def apply(self, action: Any) -> None:  # dispatched on type(action) below
         kind, costs = type(action), self.costs
         if kind is Advance:
             if costs is not None:
@@ -231,7 +234,7 @@ class _Meter:
             self.peak_bytes = self.bytes
 
 
-def _describe(steps) -> str:
+def _describe(steps: Iterable[int]) -> str:
     steps = sorted(steps)
     if not steps:
         return "none"
@@ -262,10 +265,10 @@ class _Run:
         self.peak_snapshots = 0
         self.peak_tapes = 0
 
-    def fail(self, index: int, action, problem: str, rule: str):
+    def fail(self, index: int, action: Action, problem: str, rule: str) -> NoReturn:
         raise ScheduleError(f"action #{index} {action!r}: {problem}; {rule}")
 
-    def apply(self, index: int, action) -> None:
+    def apply(self, index: int, action: Action) -> None:
         kind = type(action)
         if kind is Advance or kind is Tape:
             self._evaluate(index, action, taped=kind is Tape)
@@ -327,7 +330,7 @@ class _Run:
     def _where(self) -> str:
         return "undefined" if self.current is None else f"x_{self.current}"
 
-    def _check_range(self, index: int, action, start: int, stop: int) -> None:
+    def _check_range(self, index: int, action: Action, start: int, stop: int) -> None:
         if not 0 <= start < stop <= self.n:
             self.fail(
                 index,
@@ -336,7 +339,7 @@ class _Run:
                 f"steps run from 0 to {self.n - 1}",
             )
 
-    def _check_slot(self, index: int, action, slot: int, level: str) -> dict[int, int]:
+    def _check_slot(self, index: int, action: Action, slot: int, level: str) -> dict[int, int]:
         """Check ``slot`` against its level's budget; return that level's slots."""
         if level not in self.budgets:
             self.fail(
@@ -358,7 +361,7 @@ class _Run:
             )
         return self.slots if level == MEMORY else self.disk
 
-    def _evaluate(self, index: int, action, taped: bool) -> None:
+    def _evaluate(self, index: int, action: Action, taped: bool) -> None:
         start, stop = action
         self._check_range(index, action, start, stop)
         if self.current != start:
@@ -384,7 +387,7 @@ class _Run:
             self.advances += stop - start
         self.current = stop
 
-    def _reverse(self, index: int, action) -> None:
+    def _reverse(self, index: int, action: Action) -> None:
         start, stop = action
         self._check_range(index, action, start, stop)
         if not self.forward_over:
@@ -415,7 +418,7 @@ class _Run:
         self.next_reverse = start - 1
         self.current = None
 
-    def _end_forward(self, index: int, action) -> None:
+    def _end_forward(self, index: int, action: Action) -> None:
         if self.forward_over:
             self.fail(index, action, "the forward sweep is already over", "EndForward() comes once")
         if self.current != self.n:
@@ -434,7 +437,7 @@ class _Run:
             )
         self.forward_over = True
 
-    def _end(self, index: int, action) -> None:
+    def _end(self, index: int, action: Action) -> None:
         if self.next_reverse >= 0:
             self.fail(
                 index,
