@@ -35,6 +35,7 @@ import time
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from . import backend, guard, schedules
 from .functional import forward_sweep
@@ -233,7 +234,7 @@ class Holdings:
 # --- states as pytrees ---------------------------------------------------------
 
 
-def is_value(v) -> bool:
+def is_value(v: object) -> bool:
     """A pytree leaf the executor carries: a Tensor or an array (the rest is static)."""
     return isinstance(v, Tensor) or backend.is_array(v)
 
@@ -250,7 +251,7 @@ class Spec:
     def of(cls, tree, leaves):
         return cls(tree, tuple(a.shape for a in leaves), tuple(a.dtype for a in leaves))
 
-    def differs(self, other) -> str | None:
+    def differs(self, other: Spec) -> str | None:
         """How ``other`` differs from this spec, in words, or None."""
         if other.tree != self.tree:
             return f"structure {other.tree} instead of {self.tree}"
@@ -957,7 +958,7 @@ HANDLERS = {
 }
 
 
-def fingerprint_all(arrays, full=False) -> int:
+def fingerprint_all(arrays: Iterable[Any], full: bool = False) -> int:
     """One fingerprint of all of ``arrays``, in order (see backend.replay_fingerprint)."""
     value = 0
     for a in arrays:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 from . import backend
 
@@ -52,7 +54,7 @@ class Watch:
 _lock = threading.Lock()
 
 
-def expose(array, next_sequence) -> None:
+def expose(array: Any, next_sequence: Callable[[], int]) -> None:
     """Note that the user now holds a writable handle to ``array``'s memory."""
     owner = backend.memory_owner(array)
     watch = WATCHED.get(id(owner))

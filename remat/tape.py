@@ -609,7 +609,7 @@ class Sweep:
 
     RECORD = Record
 
-    def owns(self, node) -> bool:
+    def owns(self, node: object) -> bool:
         """Whether this sweep reverses ``node`` itself (else it belongs elsewhere)."""
         return type(node) is Record
 
