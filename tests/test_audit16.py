@@ -14,3 +14,18 @@ def test_a_byte_budget_takes_a_loop_whose_step_saves_nothing():
     h.sum().backward()
     assert tape.stats.steps == 10 and tape.stats.peak_bytes <= 2**20
     np.testing.assert_array_equal(x.grad, np.full(64, 0.5**10))
+
+
+def test_every_cli_option_says_its_default_or_that_it_is_required():
+    import argparse
+
+    from remat.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in commands.choices.items():
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            text = command._get_formatter()._expand_help(action) if action.help else ""
+            assert "default" in text or "required" in text, (name, action.option_strings, text)
