@@ -153,7 +153,7 @@ class Tape(Recorder):
     def __init__(
         self,
         snapshots: int | None = None,
-        schedule: str | Any | None = None,
+        schedule: str | schedules.Schedule | None = None,
         trace: bool = False,
         snapshot_device: str | None = None,
         check_replay: bool | str = True,

@@ -52,7 +52,7 @@ def _axes(ax, figsize=(8, 4.5)):
 
 
 def trace_schedule(
-    schedule: Any, steps: int | None = None
+    schedule: S.Schedule, steps: int | None = None
 ) -> list[tuple[str, int, int, int, int]]:
     """The schedule as drawable segments: a list of (kind, time0, time1, pos0, pos1).
 
@@ -110,7 +110,7 @@ STYLE: dict[str, dict[str, Any]] = {
 
 
 def schedule_diagram(
-    schedule: Any,
+    schedule: S.Schedule,
     steps: int | None = None,
     ax: Axes | None = None,
     title: str | None = None,

@@ -115,3 +115,9 @@ def test_py_typed_ships_with_the_package():
     from importlib import resources
 
     assert resources.files("remat").joinpath("py.typed").is_file()
+
+
+def test_the_user_code_mypy_checks_also_runs():
+    import importlib
+
+    importlib.import_module("tests.typing_usage")  # see its docstring; mypy checks its types
