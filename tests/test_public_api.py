@@ -17,8 +17,10 @@ import remat as rm
 import remat.memory
 import remat.plot
 import remat.typing
+import remat.workloads
 
-SUBMODULES = [rm.schedules, rm.random, rm.optim, rm.memory, rm.plot, rm.pytree, rm.typing]
+SUBMODULES = [rm.schedules, rm.random, rm.optim, rm.memory, rm.plot, rm.pytree, rm.typing,
+              rm.workloads]
 
 
 def _is_data(value):
