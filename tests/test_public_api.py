@@ -20,7 +20,7 @@ import remat.typing
 import remat.workloads
 
 SUBMODULES = [rm.schedules, rm.random, rm.optim, rm.memory, rm.plot, rm.pytree, rm.typing,
-              rm.workloads]
+              rm.workloads, rm.policies]
 
 
 def _is_data(value):
