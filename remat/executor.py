@@ -40,7 +40,9 @@ from __future__ import annotations
 import copy
 import time
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
 from . import backend, guard, schedules
 from .functional import forward_sweep
@@ -71,15 +73,47 @@ from .tensor import Tensor
 
 
 class LoopError(RuntimeError):
-    """A checkpointed loop could not run: a bad step, or a step that failed."""
+    """A checkpointed loop could not run: a bad step, or a step that failed.
+
+    >>> import remat as rm
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     try:
+    ...         tape.loop(lambda h: (h, h), rm.ones(1, requires_grad=True), steps=3)
+    ...     except rm.LoopError as error:
+    ...         print(type(error).__name__)
+    StepOutputError
+    """
 
 
 class StepOutputError(LoopError, TypeError, ValueError):
-    """A step returned a state of another structure, shape or dtype than it was given."""
+    """A step returned a state of another structure, shape or dtype than it was given.
+
+    >>> import remat as rm
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     try:
+    ...         tape.loop(lambda h: h.sum(), rm.ones(3, requires_grad=True), steps=3)
+    ...     except rm.StepOutputError as error:
+    ...         print(str(error).split(" of shape")[0])
+    tape.loop: step 0 returned a state with leaf 0
+    """
 
 
 class ReplayError(LoopError):
-    """A recomputed step (or checkpointed function) did not reproduce its first run."""
+    """A recomputed step (or checkpointed function) did not reproduce its first run.
+
+    >>> import remat as rm
+    >>> calls = []
+    >>> def step(h):  # depends on how often it ran: a recomputation differs
+    ...     calls.append(1)
+    ...     return h * float(len(calls))
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     h = tape.loop(step, rm.ones(1, requires_grad=True), steps=4)
+    >>> try:
+    ...     h.sum().backward()
+    ... except rm.ReplayError as error:
+    ...     print(type(error).__name__)
+    ReplayError
+    """
 
 
 REPLAY_CAUSES = (
@@ -106,6 +140,14 @@ class LoopStats:
     "measured" for this chain or "reused" from an earlier one, and
     ``predicted_seconds`` is the plan's time under the measured costs (with a
     measured overhead per action that runs steps).
+
+    >>> import remat as rm
+    >>> with rm.Tape(snapshots=4) as tape:
+    ...     h = tape.loop(lambda h: h * 0.9, rm.ones(8, requires_grad=True), steps=100)
+    >>> h.sum().backward()
+    >>> s = tape.stats
+    >>> s.steps, s.forward_steps, s.recomputed_steps, s.peak_snapshots, s.schedule
+    (100, 474, 374, 4, 'Revolve')
     """
 
     steps: int = 0
@@ -122,10 +164,12 @@ class LoopStats:
 
     @property
     def recomputed_steps(self) -> int:
+        """Step evaluations beyond the first of each step: ``forward_steps - steps``."""
         return self.forward_steps - self.steps
 
     @classmethod
-    def combine(cls, stats):
+    def combine(cls, stats: Iterable[LoopStats]) -> LoopStats:
+        """The counts of several chains added up (peaks: the largest), as ``tape.stats``."""
         stats = list(stats)
         return cls(
             steps=sum(s.steps for s in stats),
@@ -138,7 +182,7 @@ class LoopStats:
             memory=max((s.memory for s in stats if s.memory is not None), default=None),
             plan=", ".join(s.plan for s in stats if s.plan),
             predicted_seconds=(
-                sum(s.predicted_seconds for s in stats)
+                sum(s.predicted_seconds or 0.0 for s in stats)
                 if stats and all(s.predicted_seconds is not None for s in stats)
                 else None
             ),
@@ -201,7 +245,7 @@ class Holdings:
 # --- states as pytrees ---------------------------------------------------------
 
 
-def is_value(v) -> bool:
+def is_value(v: object) -> bool:
     """A pytree leaf the executor carries: a Tensor or an array (the rest is static)."""
     return isinstance(v, Tensor) or backend.is_array(v)
 
@@ -218,7 +262,7 @@ class Spec:
     def of(cls, tree, leaves):
         return cls(tree, tuple(a.shape for a in leaves), tuple(a.dtype for a in leaves))
 
-    def differs(self, other) -> str | None:
+    def differs(self, other: Spec) -> str | None:
         """How ``other`` differs from this spec, in words, or None."""
         if other.tree != self.tree:
             return f"structure {other.tree} instead of {self.tree}"
@@ -561,6 +605,8 @@ class Chain:
 
 class ChainRun:
     """One execution of a chain: the schedule's actions, carried out."""
+
+    HANDLERS: ClassVar[dict[Any, Callable[..., Any]]]  # action type -> its method (below)
 
     def __init__(self, tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps):
         self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
@@ -1098,7 +1144,7 @@ class KeepingRun(ChainRun):
 
 # What carries out each action (a table of plain functions: bound methods kept on
 # the run would make a reference cycle, and hold the run until the cyclic GC).
-HANDLERS = {
+HANDLERS: dict[Any, Callable[..., Any]] = {
     schedules.Advance: ChainRun.advance,
     schedules.Tape: ChainRun.tape_steps,
     schedules.Reverse: ChainRun.reverse,
@@ -1459,7 +1505,7 @@ ADJOINT = Op(
 )
 
 
-def fingerprint_all(arrays, full=False) -> int:
+def fingerprint_all(arrays: Iterable[Any], full: bool = False) -> int:
     """One fingerprint of all of ``arrays``, in order (see backend.replay_fingerprint)."""
     value = 0
     for a in arrays:

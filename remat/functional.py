@@ -9,6 +9,9 @@ called on Tensors that are themselves being differentiated (inside another
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 from . import backend
 from .ops import astype, identity
 from .pytree import flatten, unflatten
@@ -27,9 +30,20 @@ from .tape import (
 )
 from .tensor import DTypeError, Tensor, as_leaf_dtype, own_gradients
 
+if TYPE_CHECKING:
+    from .typing import PyTree, TensorLike
+
 
 class GradcheckError(AssertionError):
-    """An analytic gradient disagrees with central finite differences."""
+    """An analytic gradient disagrees with central finite differences.
+
+    >>> import numpy as np, remat as rm
+    >>> try:  # x.detach() hides half of the dependence from the gradient
+    ...     rm.gradcheck(lambda x: (x.detach() * x).sum(), np.array([1.0, 2.0]))
+    ... except rm.GradcheckError as error:
+    ...     print("caught:", str(error).split(":")[0])
+    caught: gradcheck of <lambda>
+    """
 
 
 def _check_scalar(out, f):
@@ -44,7 +58,9 @@ def _check_scalar(out, f):
         )
 
 
-def value_and_grad(f, argnums=0):
+def value_and_grad(
+    f: Callable[..., Tensor], argnums: int | Sequence[int] = 0
+) -> Callable[..., tuple[Tensor, Any]]:
     """``g(*args) -> (f(*args), gradient)``; the gradient is a tuple if ``argnums`` is.
 
     An argument differentiated may be a pytree (nested tuples, lists, dicts) of
@@ -56,9 +72,14 @@ def value_and_grad(f, argnums=0):
     ``rm.grad``, or on Tensors that require gradients, the backward is itself
     recorded and the gradients are Tensors, so they can be differentiated in
     turn (``rm.grad(rm.grad(f))``, gradient penalties).
+
+    >>> import numpy as np, remat as rm
+    >>> value, g = rm.value_and_grad(lambda x: (x * x).sum())(np.array([1.0, 2.0]))
+    >>> float(value), g
+    (5.0, array([2., 4.]))
     """
     single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
     def value_and_grad_f(*args):
         for n in nums:
@@ -152,8 +173,19 @@ def _target(n, a, nested, where="rm.grad"):
     return Tensor._stand_in(data)
 
 
-def grad(f, argnums=0):
-    """The gradient of scalar-valued ``f`` with respect to argument(s) ``argnums``."""
+def grad(f: Callable[..., Tensor], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
+    """The gradient of scalar-valued ``f`` with respect to argument(s) ``argnums``.
+
+    The result has the structure of those arguments: an array for an array, a
+    dict for a dict of parameters, a tuple when ``argnums`` is a tuple.
+
+    >>> import numpy as np, remat as rm
+    >>> df = rm.grad(lambda x, y: (x * y).sum(), argnums=(0, 1))
+    >>> df(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    (array([3., 4.]), array([1., 2.]))
+    >>> rm.grad(lambda p: (p["w"] * 2.0).sum())({"w": np.ones(2)})
+    {'w': array([2., 2.])}
+    """
     vg = value_and_grad(f, argnums)
 
     def grad_f(*args):
@@ -163,11 +195,21 @@ def grad(f, argnums=0):
     return grad_f
 
 
-def gradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
+def gradcheck(
+    f: Callable[..., Tensor],
+    *inputs: TensorLike,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+) -> bool:
     """Compare rm.grad(f) with central differences, in float64, for every input.
 
     Returns True, or raises :class:`GradcheckError` naming the input, the worst
     element and both values.
+
+    >>> import numpy as np, remat as rm
+    >>> rm.gradcheck(lambda x: rm.sin(x).sum(), np.array([0.5, 1.0]))
+    True
     """
     arrays = [
         backend.asarray(a.data if isinstance(a, Tensor) else a, dtype=backend.float64)
@@ -219,7 +261,9 @@ def _value(f, arrays):
 # --- forward mode -------------------------------------------------------------------
 
 
-def jvp(f, primals, tangents):
+def jvp(
+    f: Callable[..., PyTree], primals: tuple[PyTree, ...], tangents: tuple[PyTree, ...]
+) -> tuple[PyTree, PyTree]:
     """``(f(*primals), J v)``: the value of ``f`` and its directional derivative along
     ``tangents``, by forward mode (as ``jax.jvp``).
 
@@ -234,6 +278,11 @@ def jvp(f, primals, tangents):
     recorded inside ``f`` (``rm.grad`` of a chain: :func:`hvp`) is swept
     forward too: the chain runs again under its schedule carrying tangents
     (see :class:`remat.executor.TangentRun`).
+
+    >>> import numpy as np, remat as rm
+    >>> value, slope = rm.jvp(lambda x: x * x, (np.array([3.0]),), (np.array([1.0]),))
+    >>> value, slope
+    (array([9.]), array([6.]))
     """
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
         raise TypeError("rm.jvp: primals and tangents must be tuples (one entry per argument)")
@@ -320,7 +369,9 @@ def _no_tangent_rule(op):
     )
 
 
-def hvp(f, primals, tangents):
+def hvp(
+    f: Callable[..., Tensor], primals: tuple[PyTree, ...], tangents: tuple[PyTree, ...]
+) -> Any:
     """The Hessian of scalar ``f`` times ``tangents``, forward over reverse: the
     JVP of ``rm.grad(f)`` (so the Hessian is never formed).
 
@@ -330,6 +381,11 @@ def hvp(f, primals, tangents):
     evaluations as the gradient's run, twice its bytes (``tape.stats`` lists
     that run as "<Schedule> with tangents").  The results are those of
     store-all bit for bit under every schedule.
+
+    >>> import numpy as np, remat as rm
+    >>> x, v = np.array([1.0, 2.0]), np.array([1.0, 0.0])
+    >>> rm.hvp(lambda x: (x ** 3).sum(), (x,), (v,))  # diag(6x) v, one per primal
+    (array([6., 0.]),)
     """
     argnums = tuple(range(len(primals)))
     return jvp(grad(f, argnums=argnums), primals, tangents)[1]

@@ -9,7 +9,11 @@ import importlib.util
 
 import pytest
 
-import benchmarks.__main__ as runner
+# benchmarks/ lives in the repository, not in the installed package: a test run of an
+# installed remat (pip install ., tests run from elsewhere) skips this file
+runner = pytest.importorskip(
+    "benchmarks.__main__", reason="benchmarks/ is not here (an installed remat, not a checkout)"
+)
 
 HEADERS = {
     "core": ["| contender | us per op (fwd+bwd) |"],
