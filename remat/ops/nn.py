@@ -7,7 +7,10 @@ memory, since a composition keeps what each of its small ops saves (see
 of primitives: as one primitive it would save as much and run no faster.
 """
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 from .. import backend
 from .core import (
@@ -26,6 +29,9 @@ from .core import (
 from .index import getitem
 from .reduce import _logsumexp, mean
 from .reduce import sum as _sum
+
+if TYPE_CHECKING:
+    from ..typing import TensorLike
 
 
 def _sigmoid(x):
@@ -83,18 +89,44 @@ LOG_SOFTMAX = defop(
 )
 
 
-sigmoid = make_unary(SIGMOID, doc="1 / (1 + exp(-x)), computed without overflow.")
-relu = make_unary(RELU, doc="max(x, 0), elementwise; the gradient at 0 is 0.")
+sigmoid = make_unary(
+    SIGMOID,
+    doc="""1 / (1 + exp(-x)), computed without overflow.
+
+    >>> import remat as rm
+    >>> rm.sigmoid(rm.tensor([0.0, -1000.0]))
+    tensor([0.5, 0. ])
+    """,
+)
+relu = make_unary(
+    RELU,
+    doc="""max(x, 0), elementwise; the gradient at 0 is 0.
+
+    >>> import remat as rm
+    >>> rm.relu(rm.tensor([-1.0, 0.0, 2.0]))
+    tensor([0., 0., 2.])
+    """,
+)
 
 
-def softmax(x, axis=-1):
-    """exp(x) / sum(exp(x)) along ``axis``, computed stably."""
+def softmax(x: TensorLike, axis: int = -1) -> Tensor:
+    """exp(x) / sum(exp(x)) along ``axis``, computed stably.
+
+    >>> import remat as rm
+    >>> rm.softmax(rm.tensor([0.0, 0.0, 1000.0]))
+    tensor([0., 0., 1.])
+    """
     x = as_tensor(x)
     return unary(SOFTMAX, x, axis=check_axis("softmax", axis, x.ndim))
 
 
-def log_softmax(x, axis=-1):
-    """x - logsumexp(x) along ``axis``."""
+def log_softmax(x: TensorLike, axis: int = -1) -> Tensor:
+    """x - logsumexp(x) along ``axis``.
+
+    >>> import remat as rm
+    >>> rm.log_softmax(rm.tensor([[0.0, 0.0]]), axis=1)
+    tensor([[-0.69314718, -0.69314718]])
+    """
     x = as_tensor(x)
     return unary(LOG_SOFTMAX, x, axis=check_axis("log_softmax", axis, x.ndim))
 
@@ -274,7 +306,13 @@ LAYER_NORM = defop(
 )
 
 
-def layer_norm(x, weight=None, bias=None, axis=-1, eps=1e-5):
+def layer_norm(
+    x: TensorLike,
+    weight: TensorLike | None = None,
+    bias: TensorLike | None = None,
+    axis: int | tuple[int, ...] = -1,
+    eps: float = 1e-5,
+) -> Tensor:
     """Layer normalisation: ``(x - mean) / sqrt(var + eps) * weight + bias``, the mean
     and (biased) variance taken over ``axis`` (an int or a tuple of axes).
 
@@ -294,10 +332,10 @@ def layer_norm(x, weight=None, bias=None, axis=-1, eps=1e-5):
         axes = tuple(sorted({check_axis("layer_norm", a, x.ndim) for a in axis}))
     else:
         axes = (check_axis("layer_norm", axis, x.ndim),)
-    inputs = [x]
-    for name, value in (("weight", weight), ("bias", bias)):
+    inputs: list[Tensor | None] = [x]
+    for name, given in (("weight", weight), ("bias", bias)):
+        value = None if given is None else as_tensor(given)
         if value is not None:
-            value = as_tensor(value)
             try:
                 fits = xp.broadcast_shapes(value.shape, x.shape) == x.shape
             except ValueError:
@@ -316,7 +354,9 @@ def layer_norm(x, weight=None, bias=None, axis=-1, eps=1e-5):
 REDUCTIONS = ("mean", "sum", "none")
 
 
-def cross_entropy(logits, labels, axis=-1, reduction="mean"):
+def cross_entropy(
+    logits: TensorLike, labels: TensorLike, axis: int = -1, reduction: str = "mean"
+) -> Tensor:
     """The cross-entropy of ``softmax(logits)`` against ``labels``, along ``axis``.
 
     ``labels`` are either integer classes, one per position (``logits.shape``
