@@ -42,7 +42,9 @@ from .pytree import flatten, unflatten
 from .tape import (
     FORWARD_MODE,
     GRAD_ENABLED,
+    OPEN_TAPE,
     STEP,
+    UNTAPED,
     BackwardError,
     EscapeError,
     Leaf,
@@ -52,10 +54,8 @@ from .tape import (
     StepValue,
     Sweep,
     check_step_value,
-    enable_grad,
     next_sequence,
     no_grad,
-    untaped,
 )
 from .tensor import Tensor
 
@@ -268,22 +268,35 @@ class StepTape:
 
 
 class StepSweep(Sweep):
-    """Backpropagate through one step tape inside an outer sweep.
+    """Backpropagate through step tapes inside an outer sweep, one after another.
 
     Records the step made are reversed here; cotangents for the step's input
     leaves are collected (they are the cotangent of the previous state); any
     other tensor (a parameter, or a value made before the chain) is handed to
-    the outer sweep, which finishes its gradient.
+    the outer sweep, which finishes its gradient.  One sweep serves a whole
+    ``Reverse`` action (:meth:`reverse` aims it at each step in turn).
     """
 
     RECORD = StepRecord
 
-    def __init__(self, outer, step_tape):
+    def __init__(self, outer):
         super().__init__(outer.ns)
         self.outer = outer
+        self.stop = 0
+        self.input_ids = {}
+        self.input_grads = []
+
+    def reverse(self, step_tape, cotangents):
+        """Backpropagate ``cotangents`` of ``step_tape``'s outputs; the inputs'
+        cotangents (None where none arrived)."""
         self.floor, self.stop = step_tape.floor, step_tape.stop
         self.input_ids = {id(node): k for k, node in enumerate(step_tape.inputs)}
-        self.input_grads = [None] * len(step_tape.inputs)
+        grads = self.input_grads = [None] * len(step_tape.inputs)
+        for t, g in zip(step_tape.outputs, cotangents):
+            if t.node and g is not None:
+                self.add(t.node, g)
+        self.run()
+        return grads
 
     def owns(self, node):
         return isinstance(node, Record) and self.floor <= node.seq < self.stop
@@ -301,14 +314,44 @@ class StepSweep(Sweep):
             self.input_grads[k] = self.input_grads[k] + g
 
 
+class Recording:
+    """``with Recording(recorder, mode):`` records onto ``recorder`` with gradients
+    ``mode`` (True, or UNTAPED), for the recorders the executor opens around a
+    Tape or Advance action.  It does what ``with recorder, enable_grad():``
+    does, by ContextVar tokens in one step (such a recorder forwards nothing,
+    so it needs no record of where it started): 1.6 against 4.9 us a
+    Tape action in bench_overheads' tiny steps."""
+
+    __slots__ = ("recorder", "mode", "tokens")
+
+    def __init__(self, recorder, mode):
+        self.recorder = recorder
+        self.mode = mode
+
+    def __enter__(self):
+        self.tokens = (OPEN_TAPE.set(self.recorder), GRAD_ENABLED.set(self.mode))
+        return self.recorder
+
+    def __exit__(self, *exc):
+        GRAD_ENABLED.reset(self.tokens[1])
+        OPEN_TAPE.reset(self.tokens[0])
+        return False
+
+
+def step_recorder(check_replay):
+    """A recorder for one step's (or action's) records, which it keeps to itself."""
+    recorder = Recorder(forwards=False)
+    recorder.check_replay = check_replay  # what a checkpoint inside the step reads
+    return recorder
+
+
 def tape_call(call, check_replay=True):
     """Run ``call()`` recording on a tape of its own, and mark its records StepRecords
     (a sweep other than this step's refuses them); returns (what it returned, the
     first and one past the last sequence numbers it took, its records)."""
-    recorder = Recorder(forwards=False)
-    recorder.check_replay = check_replay  # what a checkpoint inside the step reads
+    recorder = step_recorder(check_replay)
     floor = next_sequence()
-    with recorder, enable_grad():
+    with Recording(recorder, True):
         result = call()
     stop = next_sequence()
     retag(recorder.records)
@@ -402,12 +445,7 @@ def saved_by(records, floor, inputs):
 def reverse_step(outer, step_tape, cotangents):
     """Backpropagate ``cotangents`` of a step tape's outputs; the inputs' cotangents
     (None where none arrived)."""
-    sweep = StepSweep(outer, step_tape)
-    for t, g in zip(step_tape.outputs, cotangents):
-        if t.node and g is not None:
-            sweep.add(t.node, g)
-    sweep.run()
-    return sweep.input_grads
+    return StepSweep(outer).reverse(step_tape, cotangents)
 
 
 class StateCotangent:
@@ -726,9 +764,8 @@ class ChainRun:
         self.expect_position(action, action.start)
         arrays, rng = self.current
         backend.set_random_state(rng)
-        spill = Recorder(forwards=False)  # what a step records under enable_grad: the step's
-        spill.check_replay = self.check_replay
-        with spill, untaped():
+        spill = step_recorder(self.check_replay)  # what a step records under enable_grad
+        with Recording(spill, UNTAPED):
             for i in range(action.start, action.stop):
                 arrays = self.call_step(i, arrays, taped=False)[0]
                 self.mark()
@@ -740,19 +777,26 @@ class ChainRun:
         self.expect_position(action, action.start)
         arrays, rng = self.current
         backend.set_random_state(rng)
-        for i in range(action.start, action.stop):
-            recomputed = i < self.reached
-            (arrays, inputs, outputs), floor, stop, records = tape_call(
-                lambda: self.call_step(i, arrays, taped=True), self.check_replay
-            )
-            if recomputed:
-                self.forward.refuse_changed(records, self.chain.name(i))
-            saved = saved_by(records, floor, inputs)
-            self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
-            self.held.hold(saved)
-            self.mark()
-            if self.online_forward and self.stop_online(i + 1, arrays):
-                break
+        # One recorder for the action, emptied after each step (tape_call, inlined: bench_overheads'
+        # tiny-step rows pay its cost once an action instead of once a step).
+        recorder = step_recorder(self.check_replay)
+        with Recording(recorder, True):
+            for i in range(action.start, action.stop):
+                recomputed = i < self.reached
+                floor = next_sequence()
+                arrays, inputs, outputs = self.call_step(i, arrays, taped=True)
+                stop = next_sequence()
+                records = recorder.records[:]
+                recorder.records.clear()
+                retag(records)
+                if recomputed:
+                    self.forward.refuse_changed(records, self.chain.name(i))
+                saved = saved_by(records, floor, inputs)
+                self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
+                self.held.hold(saved)
+                self.mark()
+                if self.online_forward and self.stop_online(i + 1, arrays):
+                    break
         self.current = (arrays, backend.random_state())
         self.position = i + 1
 
@@ -827,12 +871,13 @@ class ChainRun:
 
     def reverse(self, action):
         chain = self.chain
+        sweep = StepSweep(self.outer_sweep)
         for i in range(action.stop - 1, action.start - 1, -1):
             step_tape = self.tapes.pop(i)
             seeds = list(self.cotangent)
             if chain.has_ys:
                 seeds += [None if g is None else g[i] for g in self.ys_cotangent]
-            grads = reverse_step(self.outer_sweep, step_tape, seeds)
+            grads = sweep.reverse(step_tape, seeds)
             spec = self.spec_at(i)
             width = len(spec.shapes)
             like = step_tape.outputs[0]._data if step_tape.outputs else self.like
