@@ -210,6 +210,16 @@ class Spec:
     def of(cls, tree, leaves):
         return cls(tree, tuple(a.shape for a in leaves), tuple(a.dtype for a in leaves))
 
+    def fits(self, tree, leaves) -> bool:
+        """Whether ``tree`` and ``leaves`` have this spec (no Spec made: once a step)."""
+        shapes = self.shapes
+        if len(leaves) != len(shapes) or tree != self.tree:
+            return False
+        for a, shape, dtype in zip(leaves, shapes, self.dtypes):
+            if a.shape != shape or a.dtype != dtype:
+                return False
+        return True
+
     def differs(self, other) -> str | None:
         """How ``other`` differs from this spec, in words, or None."""
         if other.tree != self.tree:
@@ -227,6 +237,12 @@ def leaves_of(tree, where, tensors_only=False, copy_arrays=False):
     and with ``tensors_only`` arrays (what a step returns must be Tensors: an array
     there would silently cut the gradient)."""
     values, treedef = flatten(tree, is_value)
+    arrays, nodes = arrays_of(values, where, tensors_only, copy_arrays)
+    return arrays, nodes, treedef
+
+
+def arrays_of(values, where, tensors_only=False, copy_arrays=False):
+    """leaves_of for the flattened ``values``: (their arrays, their nodes or None)."""
     arrays, nodes = [], []
     for k, v in enumerate(values):
         if tensors_only and not isinstance(v, Tensor):
@@ -246,7 +262,7 @@ def leaves_of(tree, where, tensors_only=False, copy_arrays=False):
         else:  # the caller's array: copied when kept, so later changes cannot reach it
             arrays.append(backend.copy(v) if copy_arrays else v)
             nodes.append(None)
-    return tuple(arrays), tuple(nodes), treedef
+    return tuple(arrays), tuple(nodes)
 
 
 # --- one step, taped or not -------------------------------------------------------
@@ -671,11 +687,12 @@ class ChainRun:
         chain = self.chain
         token = STEP.set(marker)  # its own values may be among what it returns
         try:
-            out_arrays, _, tree = leaves_of(new_state, f"{chain.name(i)}: its new state", True)
-            outputs = flatten(new_state, is_value)[0]
+            outputs, tree = flatten(new_state, is_value)
+            out_arrays = arrays_of(outputs, f"{chain.name(i)}: its new state", True)[0]
             if chain.has_ys:
-                y_arrays, _, y_tree = leaves_of(y, f"{chain.name(i)}: its output y", True)
-                outputs = outputs + flatten(y, is_value)[0]
+                y_values, y_tree = flatten(y, is_value)
+                y_arrays = arrays_of(y_values, f"{chain.name(i)}: its output y", True)[0]
+                outputs = outputs + y_values
             else:
                 y_arrays, y_tree = (), None
         finally:
@@ -706,37 +723,35 @@ class ChainRun:
         the taped steps alone: a step recomputed untaped only leads to a later
         taped one, whose output would differ in turn.
         """
-        spec = Spec.of(tree, arrays)
-        y_spec = Spec.of(y_tree, y_arrays) if y_tree is not None else None
         if i == self.reached:
             self.reached += 1
-            if self.chain.same_spec:
-                wrong = self.specs[0].differs(spec)
-                if wrong is not None:
-                    raise StepOutputError(
-                        f"{self.chain.name(i)} returned a state with {wrong}; a loop's (or "
-                        "scan's) state must keep its structure, shapes and dtypes from step to "
-                        "step (use tape.chain for layers that change them)"
-                    )
-            else:
-                self.specs[i + 1] = spec
-            if y_spec is not None:
+            if not self.chain.same_spec:
+                self.specs[i + 1] = Spec.of(tree, arrays)
+            elif not self.specs[0].fits(tree, arrays):
+                raise StepOutputError(
+                    f"{self.chain.name(i)} returned a state with "
+                    f"{self.specs[0].differs(Spec.of(tree, arrays))}; a loop's (or scan's) "
+                    "state must keep its structure, shapes and dtypes from step to step (use "
+                    "tape.chain for layers that change them)"
+                )
+            if y_tree is not None:
                 if self.ys_spec is None:
-                    self.ys_spec = y_spec
-                elif self.ys_spec.differs(y_spec) is not None:
+                    self.ys_spec = Spec.of(y_tree, y_arrays)
+                elif not self.ys_spec.fits(y_tree, y_arrays):
                     raise StepOutputError(
-                        f"{self.chain.name(i)} returned y with {self.ys_spec.differs(y_spec)}; "
-                        "every step's y must agree, so that they stack"
+                        f"{self.chain.name(i)} returned y with "
+                        f"{self.ys_spec.differs(Spec.of(y_tree, y_arrays))}; every step's y "
+                        "must agree, so that they stack"
                     )
                 self.ys[i] = y_arrays
             if self.check_values:
                 self.first.append(fingerprint_all(arrays + y_arrays, self.full))
             return
-        wrong = self.spec_at(i + 1).differs(spec)
-        if wrong is not None:
-            wrong = f"a state with {wrong}"
-        elif y_spec is not None and self.ys_spec.differs(y_spec) is not None:
-            wrong = f"y with {self.ys_spec.differs(y_spec)}"
+        wrong = None
+        if not self.spec_at(i + 1).fits(tree, arrays):
+            wrong = f"a state with {self.spec_at(i + 1).differs(Spec.of(tree, arrays))}"
+        elif y_tree is not None and not self.ys_spec.fits(y_tree, y_arrays):
+            wrong = f"y with {self.ys_spec.differs(Spec.of(y_tree, y_arrays))}"
         elif (
             taped
             and self.check_values
