@@ -291,7 +291,8 @@ def run(quick=False):
     out = [
         "## Overheads: tiny steps and a stencil (`python -m benchmarks overheads`)",
         "",
-        environment(("numpy", "remat", "checkpoint_schedules", "pyrevolve")) + f" {load()} at start.",
+        environment(("numpy", "remat", "checkpoint_schedules", "pyrevolve"))
+        + f" {load().capitalize()} at the start.",
         "",
     ]
     for chain, label in ((tiny, "Tiny steps"), (wide, "Wide steps")):
@@ -315,7 +316,7 @@ def run(quick=False):
         "",
         bench_heat(repeats),
         "",
-        f"Measured to the end: {load()}.",
+        f"{load().capitalize()} at the end.",
     ]
     return "\n".join(out)
 
