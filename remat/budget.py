@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import backend, schedules
+from . import backend, policies, schedules
 from . import memory as _memory
-from .checkpoint import check_policy
 from .executor import Chain, LoopError, LoopStats, run_chain
 from .pytree import flatten
 from .schedules.arguments import require_count
@@ -32,7 +31,7 @@ SCHEDULE_NAMES = schedules.SCHEDULE_NAMES
 
 
 @dataclass(frozen=True)
-class Policy:
+class Reversal:
     """What a Tape's chains are reversed with: a schedule name or object, and a budget."""
 
     schedule: object  # one of SCHEDULE_NAMES, or a schedule object
@@ -73,11 +72,11 @@ NEEDS_A_BUDGET = ("revolve", "online", "periodic", "mixed")
 
 
 def resolve_policy(snapshots, schedule):
-    """The Policy for ``rm.Tape(snapshots, schedule)``, with clear errors."""
+    """The Reversal for ``rm.Tape(snapshots, schedule)``, with clear errors."""
     if snapshots is not None:
         snapshots = require_count("Tape", "snapshots", snapshots)
     if schedule is None:
-        return Policy("revolve" if snapshots is not None else "store_all", snapshots)
+        return Reversal("revolve" if snapshots is not None else "store_all", snapshots)
     if isinstance(schedule, str):
         if schedule not in SCHEDULE_NAMES:
             raise ValueError(
@@ -86,7 +85,7 @@ def resolve_policy(snapshots, schedule):
             )
         if schedule in NEEDS_A_BUDGET and snapshots is None:
             raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
-        return Policy(schedule, snapshots)  # store_all and sqrt size their own memory
+        return Reversal(schedule, snapshots)  # store_all and sqrt size their own memory
     if not all(hasattr(schedule, a) for a in ("__iter__", "steps", "snapshots")):
         raise ValueError(
             f"Tape: schedule must be one of {', '.join(SCHEDULE_NAMES)} or a schedule object "
@@ -97,7 +96,7 @@ def resolve_policy(snapshots, schedule):
             f"Tape: snapshots={snapshots} but the schedule {schedule!r} uses "
             f"{schedule.snapshots}; give one or the other"
         )
-    return Policy(schedule, schedule.snapshots)
+    return Reversal(schedule, schedule.snapshots)
 
 
 class Tape(Recorder):
@@ -118,8 +117,17 @@ class Tape(Recorder):
     ``check_replay=False`` checks no values).  ``trace=True`` records the bytes held
     after every action (for :func:`remat.plot.memory_timeline`);
     ``snapshot_device="cpu"`` keeps snapshots in host memory while the steps
-    run on the GPU.  ``policy`` is reserved for selective recomputation (only
-    None is accepted yet).
+    run on the GPU.  ``policy`` (:mod:`remat.policies`) is selective
+    recomputation inside the steps: the first run of each step keeps the op
+    outputs the policy chooses, held (and counted in ``tape.stats.peak_bytes``)
+    until the step is reversed, and every recomputation of that step reuses
+    them instead of evaluating those ops again (store_all recomputes nothing,
+    so keeps nothing).  A policy is any callable ``policy(op_name,
+    value_name) -> bool``, called positionally; None (or ``save_nothing``)
+    keeps nothing.  With ``memory=``, the plan is made in what is left of the
+    budget once the policy's kept values (measured) are counted.
+    (``tape.recompute`` is the policy given, None for save_nothing;
+    ``tape.policy`` is the schedule and its budget.)
 
     ``memory=`` is a budget in bytes (an int, or ``"512 KiB"``, ``"64 MiB"``,
     ``"2 GB"``): each loop, chain and scan is measured, planned with
@@ -155,8 +163,9 @@ class Tape(Recorder):
             self.memory_schedule = _memory.check_schedule(memory, snapshots, schedule)
             if snapshots is not None:
                 snapshots = require_count("Tape", "snapshots", snapshots)
-            self.policy = Policy(self.memory_schedule, snapshots)
-        self.recompute = check_policy(policy)
+            self.policy = Reversal(self.memory_schedule, snapshots)
+        # rm.policies: what the first run of each step keeps for its recomputations
+        self.recompute = policies.resolve(policy, "Tape")
         self.loops = []  # the LoopStats of each chain run on this tape
         self.plans = []  # under memory=: (schedule, measured ChainCosts) of each chain
         self.trace = trace
@@ -173,7 +182,8 @@ class Tape(Recorder):
         return LoopStats.combine(self.loops)
 
     def __repr__(self):
-        return f"<Tape {len(self.records)} records, policy={self.policy!r}>"
+        kept = "" if self.recompute is None else f", policy={self.recompute!r}"
+        return f"<Tape {len(self.records)} records, {self.policy!r}{kept}>"
 
     # --- the three forms ------------------------------------------------------------
     def loop(self, step, state, steps=None, until=None, max_steps=None):

@@ -39,6 +39,7 @@ from . import backend, guard, schedules
 from .functional import forward_sweep
 from .ops.core import Op
 from .pytree import flatten, unflatten
+from .selective import Reusing, Saving
 from .tape import (
     FORWARD_MODE,
     GRAD_ENABLED,
@@ -449,7 +450,10 @@ def saved_by(records, floor, inputs):
     (Tests the cheap conditions first: 2.0 against 5.3 us a tiny step, bench_overheads.)"""
     saved = []
     for record in records:
-        for a, node in zip(record.args, record.parents):
+        held = record.args
+        if record.op.custom_backward is not None:  # a checkpoint's record holds its Call
+            held = getattr(record.args[0], "arrays", held)
+        for a, node in zip(held, record.parents):
             if a is None:
                 continue
             if node is None or (node.seq >= floor if isinstance(node, Record) else node in inputs):
@@ -457,6 +461,9 @@ def saved_by(records, floor, inputs):
                     saved.append(a)
         if record.ans is not None:
             saved.append(record.ans)
+        kept = getattr(record.args[0], "kept", None) if held is not record.args else None
+        if kept is not None:  # what a checkpoint's policy kept
+            saved.extend(kept.arrays())
     return saved
 
 
@@ -621,6 +628,7 @@ class ChainRun:
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(getattr(tape, "byte_limit", None))  # Tape(memory=): its budget
+        self.keeping = None  # a KeepingRun's: step index -> what its first run kept
         self.cotangent = None  # of x_position during the reverse sweep
         self.ys_cotangent = None
         self.xs_grads = None
@@ -910,6 +918,8 @@ class ChainRun:
                         buffer = self.xs_grads[k] = backend.zeros(xs.shape, g.dtype, like=xs)
                     buffer[i] += g if g.shape == buffer.shape[1:] else g.reshape(buffer.shape[1:])
             self.held.release(step_tape.saved)
+            if self.keeping is not None and i in self.keeping:
+                self.held.release(self.keeping.pop(i).arrays())
         self.position = None
 
     # -- the two sweeps --
@@ -1026,10 +1036,42 @@ class ChainRun:
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.held.peak)
         self.slots.clear()
         self.tapes.clear()
+        if self.keeping:
+            self.keeping.clear()
         self.first = array("L")
         self.held = Holdings()
         self.current = (None, None)
         self.cotangent = self.outer_sweep = self.ys_cotangent = self.xs_grads = None
+
+
+class KeepingRun(ChainRun):
+    """A ChainRun under ``rm.Tape(policy=)`` (:mod:`remat.selective`): the first run of
+    each step keeps what the policy chooses, held (and counted) until the step is
+    reversed, and every later run of the step reuses it."""
+
+    def __init__(self, tape, *args):
+        super().__init__(tape, *args)
+        self.policy = tape.recompute
+        self.keeping = {}
+
+    def call_step(self, i, arrays, taped):
+        first = i == self.reached
+        kept = self.keeping.get(i)
+        if first:
+            frame = Saving(self.policy, self.check_values, self.full)
+        elif kept is not None:
+            why = self.forward.what_changed
+            frame = Reusing(kept, self.chain.name(i), ReplayError, self.full, why)
+        else:  # reversed already (a jvp after backward): nothing kept to reuse
+            return super().call_step(i, arrays, taped)
+        with frame:
+            result = super().call_step(i, arrays, taped)
+        if first:
+            kept = self.keeping[i] = frame.kept()  # released when step i is reversed
+            self.held.hold(kept.arrays())
+        else:
+            frame.finish()
+        return result
 
 
 # What carries out each action (a table of plain functions: bound methods kept on
@@ -1068,7 +1110,10 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
                 "the real and imaginary parts as two real leaves"
             )
     spec0 = Spec.of(tree0, x0)
-    run = ChainRun(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
+    # rm.Tape(policy=): the steps keep values for their recomputations (store-all has none)
+    keeps = getattr(tape, "recompute", None) is not None
+    kind = KeepingRun if keeps and not isinstance(schedule, schedules.StoreAll) else ChainRun
+    run = kind(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
     try:
         final, ys = run.run_forward()
     except BaseException:
