@@ -188,3 +188,18 @@ def test_a_failing_vjp_leaves_no_cotangent_behind():
     assert a.node.ct is None
     a.sum().backward()
     assert np.array_equal(x.grad, [2.0, 2.0])
+
+
+def test_basic_getitem_is_counted_and_kept_like_any_op():
+    x = rm.tensor(np.arange(6.0), requires_grad=True)
+    with rm.count_ops() as counts:
+        x[1:4]
+        x[np.array([0, 2])]
+    assert counts["getitem"] == 2
+
+    def f(t):
+        return (rm.sin(t[1:-1]) * t[2:]).sum()
+
+    want = rm.grad(f)(x.data)
+    for policy in (rm.policies.save_nothing, rm.policies.save_ops("getitem")):
+        assert np.array_equal(rm.grad(rm.checkpoint(f, policy=policy))(x.data), want)

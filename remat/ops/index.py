@@ -5,6 +5,7 @@ cotangents (an unbuffered scatter-add), so repeated indices accumulate.
 """
 
 from .. import backend
+from ..selective import OPEN, evaluate
 from ..tape import GRAD_ENABLED, STEP, Record, check_step_value
 from .core import Tensor, _output, apply, as_tensor, defop
 
@@ -62,7 +63,7 @@ def _basic_getitem(x, index):
     path's work on operands and indices (bench_overheads' heat-equation row)."""
     data = x._data
     try:
-        out = data[index]
+        out = evaluate(GETITEM, (data,), {"index": index}) if OPEN else data[index]
     except IndexError as error:
         raise IndexError(f"getitem: {error} (tensor of shape {x.shape})") from None
     if type(out) is not backend.ndarray:
