@@ -38,6 +38,7 @@ from .actions import (
     Free,
     Restore,
     Reverse,
+    Schedule,
     Snapshot,
     Tape,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "Restore",
     "Reverse",
     "Revolve",
+    "Schedule",
     "ScheduleError",
     "Simulation",
     "Snapshot",
