@@ -265,7 +265,7 @@ class Spec:
     def of(cls, tree, leaves):
         return cls(tree, tuple(a.shape for a in leaves), tuple(a.dtype for a in leaves))
 
-    def fits(self, tree, leaves) -> bool:
+    def fits(self, tree: object, leaves: tuple | list) -> bool:
         """Whether ``tree`` and ``leaves`` have this spec (no Spec made: once a step)."""
         shapes = self.shapes
         if len(leaves) != len(shapes) or tree != self.tree:

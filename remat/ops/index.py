@@ -12,7 +12,7 @@ from .core import Tensor, _output, apply, as_tensor, defop
 _BASIC = (int, slice, type(None), type(Ellipsis))
 
 
-def is_basic(index) -> bool:
+def is_basic(index: object) -> bool:
     """Integers, slices, None and ``...`` (alone or in a tuple): an index that makes a
     view and names no element twice, so its adjoint is a plain assignment."""
     if type(index) is tuple:
