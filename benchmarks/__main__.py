@@ -1,11 +1,11 @@
 """Run the benchmarks and print markdown: ``python -m benchmarks [--quick] [--write] [names...]``.
 
-Names: core, schedules, loop, online, logn, depth, replay, memory, forward, transformer
-(all by default).  ``--quick`` runs tiny sizes (a smoke test; the figures mean
-nothing).  ``--write`` also records the output in benchmarks/RESULTS.md: the
-sections of the benchmarks just run are replaced, the others kept, and so is the hand-written "Where
-remat is behind" section, which whoever reruns should revise against the new
-figures.  Each section says when and on what it was measured.
+Names: core, schedules, loop, online, logn, depth, replay, memory, forward, overheads,
+transformer (all by default).  ``--quick`` runs tiny sizes (a smoke test; the figures
+mean nothing).  ``--write`` also records the output in benchmarks/RESULTS.md: the
+sections of the benchmarks just run are replaced, the others kept, and so is the
+hand-written "Where remat is behind" section, which whoever reruns should revise
+against the new figures.  Each section says when and on what it was measured.
 
 A benchmark whose module cannot be imported is skipped with the reason, in
 the output and on stderr; a peer library a benchmark compares against is
@@ -30,6 +30,7 @@ MODULES = {
     "replay": "benchmarks.bench_replay",
     "memory": "benchmarks.bench_memory",
     "forward": "benchmarks.bench_forward",
+    "overheads": "benchmarks.bench_overheads",
     "transformer": "benchmarks.bench_transformer",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
