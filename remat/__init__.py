@@ -15,6 +15,7 @@ from .budget import Tape
 from .checkpoint import checkpoint
 from .creation import arange, eye, full, ones, ones_like, zeros, zeros_like
 from .executor import LoopError, LoopStats, ReplayError, StepOutputError
+from .storage import DiskError
 from .functional import GradcheckError, grad, gradcheck, hvp, jvp, value_and_grad
 from .ops import (
     OPS,

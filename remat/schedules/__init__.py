@@ -14,6 +14,9 @@ executor carries out.  Pure Python: no array library is imported here.
   (``level="disk"``, :data:`DISK`) that cost ``write_cost`` / ``read_cost``
   (Aupy et al. 2016; Herrmann and Pallez 2020), with their optimal costs
   :func:`disk_revolve_cost` and :func:`two_level_cost` (:mod:`.disk`).
+* :class:`Reversible` - steps with an inverse: the reverse sweep recomputes
+  the states backwards (``Invert``), keeping ``snapshots - 1`` exact ones to
+  bound the drift (:mod:`.reversible`).
 * :class:`Mixed` - mixed checkpointing (Maddison 2024): a slot holds a state
   or one step's tape; :func:`mixed_forward_steps` is its optimum ``M(n, s)``.
 * :class:`Optimal` - the least-time schedule for a heterogeneous chain
@@ -36,6 +39,7 @@ from .actions import (
     End,
     EndForward,
     Free,
+    Invert,
     Restore,
     Reverse,
     Snapshot,
@@ -49,6 +53,7 @@ from .mixed import Mixed, mixed_forward_steps
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
 from .optimal import Optimal, minimum_bytes
+from .reversible import Reversible
 from .revolve import Revolve
 from .simulate import ScheduleError, Simulation, simulate
 
@@ -64,12 +69,14 @@ __all__ = [
     "End",
     "EndForward",
     "Free",
+    "Invert",
     "Mixed",
     "Online",
     "Optimal",
     "Periodic",
     "Restore",
     "Reverse",
+    "Reversible",
     "Revolve",
     "ScheduleError",
     "Simulation",
