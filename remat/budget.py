@@ -215,14 +215,15 @@ class Tape(Recorder):
         == x_i``, called under ``rm.no_grad()`` on a state of Tensors: the loop
         is then reversed by recomputing its states backwards
         (:class:`remat.schedules.Reversible`), whatever the tape's schedule,
-        holding one state and one step's tape.  With ``rm.Tape(snapshots=s)``
-        (``s`` memory slots, of a disk tape too) ``s - 1`` exact states are
-        also stored, evenly spaced, to bound the drift of the floating-point
-        inverse; ``tape.stats.reconstruction_error`` is the largest relative
-        difference seen where a recomputed state meets an exact one (and
-        ``inverse(step(x_0))`` against ``x_0``, checked first).  One above the
-        square root of the dtype's epsilon raises a LoopError.  The steps must
-        not draw random numbers.
+        holding the state under reversal, ``x_0`` and one step's tape.  With
+        ``rm.Tape(snapshots=s)`` (``s`` memory slots, of a disk tape too)
+        ``s - 1`` exact states, ``x_0`` first, are stored evenly spaced, to
+        bound the drift of the floating-point inverse (``s=1`` stores none:
+        the drift is then not seen); ``tape.stats.reconstruction_error`` is
+        the largest relative difference seen where a recomputed state meets
+        an exact one (and ``inverse(step(x_0))`` against ``x_0``, checked
+        first).  One above the square root of the dtype's epsilon raises a
+        LoopError.  The steps must not draw random numbers.
         """
         if not callable(step):
             raise TypeError(f"tape.loop: step must be callable, got {step!r}")
@@ -259,7 +260,7 @@ class Tape(Recorder):
             inverse=inverse,
         )
         if inverse is not None:
-            slots = self.policy.snapshots or 1  # store_all and a byte budget: the working slot
+            slots = self.policy.snapshots or 2  # no slot count: x_0 and the working slot
             return run_chain(self, chain, state, schedules.Reversible(steps, slots))[0]
         if self.disk_snapshots is not None:
             if until is not None:

@@ -877,7 +877,7 @@ class ChainRun:
         if error > limit:
             where = (
                 "inverse(step(x_0)) is not x_0: the inverse does not undo the step"
-                if step == 0
+                if step == 0 and self.stats.steps == 0  # the forward sweep's check
                 else f"the states recomputed backwards have drifted from the exact x_{step}"
             )
             raise LoopError(

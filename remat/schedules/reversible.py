@@ -12,20 +12,22 @@ reverse sweep) and ``n - 1`` inverse evaluations.
 Floating-point inverses are not exact: each inversion adds a rounding error
 and a step that amplifies differences (an expanding map, a chaotic system)
 makes them grow as the reverse sweep goes down the chain.  With ``snapshots
-= s``, ``s - 1`` exact states are stored in the forward sweep at evenly
-spaced positions (``x_{n-1}``, held exactly at the end of the forward
-sweep, is the s-th): the reverse sweep restarts from each, so the drift is
-that of ``(n - 1) / s`` inversions at most.  Arriving at a stored state, the
-reconstructed one is compared with it first (the executor reports and checks
-the difference); so is ``x_0`` against ``inverse(step(x_0))`` at the start
-of the forward sweep, which catches a wrong inverse before any gradient is
-made, for one extra step evaluation.
+= s >= 2``, ``s - 1`` exact states are stored in the forward sweep, ``x_0``
+and others evenly spaced (``x_{n-1}``, held exactly at the end of the
+forward sweep, is the s-th): the reverse sweep restarts from each, so the
+drift is that of ``(n - 1) / (s - 1)`` inversions at most.  Arriving at a
+stored state, the reconstructed one is compared with it first (the executor
+reports and checks the difference); so is ``x_0`` against
+``inverse(step(x_0))`` at the start of the forward sweep, which catches a
+wrong inverse before any gradient is made, for one extra step evaluation.
+With ``snapshots=1`` nothing but that first check compares: the drift is
+not seen.
 
 The actions (one slot is the *working* one, slot 0, which holds the state
 being reversed; slots 1 .. s-1 hold the exact states)::
 
-    Snapshot(0, 0) Advance(0, 1) Invert(0, 1) Restore(0, 0)     the check at x_0
-    Advance(0, a_1) Snapshot(a_1, 1) ... Advance(., n-1)
+    Snapshot(0, k) Advance(0, 1) Invert(0, 1) Restore(0, k)     the check at x_0
+    Advance(0, a_2) Snapshot(a_2, 2) ... Advance(., n-1)
     Snapshot(n-1, 0) Tape(n-1, n) EndForward() Reverse(n-1, n)
     then for i = n-2 .. 0:
       Restore(i+1, slot of x_{i+1}) [Free it, if it was exact] Invert(i, i+1)
@@ -57,7 +59,7 @@ class Reversible:
     """Reverse ``steps`` invertible steps with ``snapshots`` memory slots (at least one).
 
     Slot 0 holds the state being reversed; the others hold exact states at
-    :attr:`anchors`, evenly spaced.  ``forward_steps = 2n`` (``n`` in the
+    :attr:`anchors`, evenly spaced from ``x_0`` on (none with one slot).  ``forward_steps = 2n`` (``n`` in the
     forward sweep, one extra for the check of the inverse at ``x_0``, and
     ``n - 1`` taped again in the reverse sweep); ``inversions = n`` (the
     check's included).  The executor needs the loop's ``inverse``.
@@ -69,7 +71,7 @@ class Reversible:
         self.steps = require_count("Reversible", "steps", steps)
         self.snapshots = require_count("Reversible", "snapshots", snapshots)
         n, s = self.steps, self.snapshots
-        self.anchors = tuple(sorted({k * (n - 1) // s for k in range(1, s)} - {0, n - 1}))
+        self.anchors = tuple(sorted({k * (n - 1) // (s - 1) for k in range(s - 1)} - {n - 1}))
 
     def __repr__(self) -> str:
         return f"Reversible(steps={self.steps}, snapshots={self.snapshots})"
@@ -79,10 +81,13 @@ class Reversible:
         if n == 1:
             yield from (Tape(0, 1), EndForward(), Reverse(0, 1), End())
             return
-        yield from (Snapshot(0, 0), Advance(0, 1), Invert(0, 1), Restore(0, 0))
         slot_of = {a: k for k, a in enumerate(self.anchors, 1)}
+        first = slot_of.get(0, 0)
+        yield from (Snapshot(0, first), Advance(0, 1), Invert(0, 1), Restore(0, first))
         position = 0
         for a, k in slot_of.items():
+            if a == 0:
+                continue
             yield Advance(position, a)
             yield Snapshot(a, k)
             position = a
@@ -99,5 +104,7 @@ class Reversible:
             yield Restore(i, above) if above else Snapshot(i, 0)
             yield Tape(i, i + 1)
             yield Reverse(i, i + 1)
+        if above:
+            yield Free(above)
         yield Free(0)
         yield End()
