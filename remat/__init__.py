@@ -15,7 +15,6 @@ from .budget import Tape
 from .checkpoint import checkpoint
 from .creation import arange, eye, full, ones, ones_like, zeros, zeros_like
 from .executor import LoopError, LoopStats, ReplayError, StepOutputError
-from .storage import DiskError
 from .functional import GradcheckError, grad, gradcheck, hvp, jvp, value_and_grad
 from .ops import (
     OPS,
@@ -59,6 +58,7 @@ from .ops import (
     transpose,
     where,
 )
+from .storage import DiskError
 from .tape import BackwardError, EscapeError, Record, Recorder, enable_grad, grad_enabled, no_grad
 from .tensor import DTypeError, Tensor, tensor
 

@@ -17,9 +17,8 @@ States, carries, inputs and outputs are pytrees of Tensors (or arrays).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import os
+from dataclasses import dataclass
 
 from . import backend, schedules
 from . import disk as _disk

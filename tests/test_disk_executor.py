@@ -133,8 +133,9 @@ def test_chain_and_scan_on_disk_equal_store_all(tmp_path):
 
 def test_disk_revolve_schedule_object_uses_disk_dir(tmp_path):
     expected, _ = loop_grads(steps=30)
-    got, tape = loop_grads(steps=30, schedule=schedules.DiskRevolve(30, 1, 0.5, 0.5),
-                           disk_dir=tmp_path)
+    got, tape = loop_grads(
+        steps=30, schedule=schedules.DiskRevolve(30, 1, 0.5, 0.5), disk_dir=tmp_path
+    )
     for a, b in zip(got, expected):
         assert np.array_equal(a, b)
     assert tape.stats.disk_writes > 0

@@ -97,6 +97,7 @@ def test_invert_from_the_wrong_state_is_a_schedule_error():
 
 def drifting(scale, error):
     """x -> scale x, with an inverse off by a relative ``error`` each time."""
+
     def step(x):
         return x * scale
 
@@ -153,8 +154,7 @@ def test_steps_that_draw_random_numbers_are_refused():
         return x + rm.random.normal(0.0, 1.0, x.shape)
 
     with rm.Tape() as tape, pytest.raises(rm.LoopError, match="random"):
-        tape.loop(noisy, rm.tensor(np.ones(3), requires_grad=True), steps=4,
-                  inverse=lambda x: x)
+        tape.loop(noisy, rm.tensor(np.ones(3), requires_grad=True), steps=4, inverse=lambda x: x)
 
 
 def test_inverse_arguments_are_checked():

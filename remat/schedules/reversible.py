@@ -59,10 +59,10 @@ class Reversible:
     """Reverse ``steps`` invertible steps with ``snapshots`` memory slots (at least one).
 
     Slot 0 holds the state being reversed; the others hold exact states at
-    :attr:`anchors`, evenly spaced from ``x_0`` on (none with one slot).  ``forward_steps = 2n`` (``n`` in the
-    forward sweep, one extra for the check of the inverse at ``x_0``, and
-    ``n - 1`` taped again in the reverse sweep); ``inversions = n`` (the
-    check's included).  The executor needs the loop's ``inverse``.
+    :attr:`anchors`, evenly spaced from ``x_0`` on (none with one slot).
+    ``forward_steps = 2n`` (``n`` in the forward sweep, one extra for the
+    check of the inverse at ``x_0``, and ``n - 1`` taped again in the reverse
+    sweep); ``inversions = n`` (the check's included).  The executor needs the loop's ``inverse``.
     """
 
     reconstructs = True  # the states it tapes from are recomputed by the inverse
