@@ -26,6 +26,10 @@ HEADERS = {
         "| width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
         "| width | budget MiB | optimal s | revolve slots | revolve s |",
     ],
+    "disk": [
+        "| n | schedule | plan seconds | cost |",
+        "| tape | step evaluations | seconds (median) | / revolve |",
+    ],
 }
 
 
@@ -38,6 +42,10 @@ def test_quick_run_prints_its_table(name):
     if name == "loop":  # torch is compared with, or its absence explained
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch checkpoint_sequential" if has_torch else "torch skipped: ") in text
+    if name == "disk":  # gradients identical, files gone, checkpoint_schedules or why not
+        assert "**NO**" not in text and "(empty afterwards)" in text
+        has_peer = importlib.util.find_spec("checkpoint_schedules") is not None
+        assert ("| HRevolve" if has_peer else "checkpoint_schedules is not installed") in text
     if name == "memory":
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("| library | plan |" if has_torch else "torch skipped: ") in text
