@@ -352,3 +352,29 @@ def test_same_optima_as_checkpoint_schedules(n):
             for disk in (1, 2, 3):
                 theirs = peer.HRevolve(n, ram, disk, uf=1, ub=1, wd=wd, rd=rd)
                 assert two_level_cost(n, ram, disk, wd, rd) == peer_disk_cost(theirs, n, wd, rd)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(2, 400),
+    s=st.integers(0, 6),
+    d=st.integers(1, 12),
+    wc=st.sampled_from([0.0, 0.3, 1.0, 2.0, 4.5]),
+    rc=st.sampled_from([0.0, 0.7, 1.0, 2.0, 3.25]),
+)
+def test_pruning_the_disk_splits_changes_no_cost_and_no_split(n, s, d, wc, rc, monkeypatch_module):
+    """The convex-minorant pruning of TwoLevel's tables (used when the kinks are many)
+    gives the very tables that trying every kink gives, ties included."""
+    from remat.schedules import disk
+
+    monkeypatch_module.setattr(disk, "PRUNE_FROM", 0)
+    pruned = disk._Tables(n, s, wc, rc).two_level(d)
+    monkeypatch_module.setattr(disk, "PRUNE_FROM", 10**9)
+    full = disk._Tables(n, s, wc, rc).two_level(d)
+    assert pruned == full
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch

@@ -100,7 +100,7 @@ equal to the one below ends the table: more disk slots would not be used).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from numbers import Real
 
@@ -119,6 +119,7 @@ from .arguments import require_count
 from .revolve import reverse_segment
 
 INF = float("inf")
+PRUNE_FROM = 256  # kinks at which trying them all costs more than pruning them (measured)
 
 
 def require_cost(owner: str, name: str, value: object) -> float:
@@ -152,6 +153,80 @@ def _convex_kinks(table: list, stop: int) -> list:
     return [b for b in range(2, stop - 1) if table[b + 1] - table[b] > table[b] - table[b - 1]]
 
 
+def _lower_hull(points):
+    """The vertices (xs, ys) of the lower convex hull of ``points``, sorted by x."""
+    xs, ys = [], []
+    for x, y in points:
+        while len(xs) >= 2 and (ys[-1] - ys[-2]) * (x - xs[-2]) >= (y - ys[-2]) * (xs[-1] - xs[-2]):
+            xs.pop()
+            ys.pop()
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
+
+
+class _HullBounds:
+    """Convex minorants that bound ``A(j) + right(n - j)`` from below, to prune splits.
+
+    ``right``'s lower convex hull ``Rh`` (tabulated) and the lower convex hull
+    ``Ah`` of ``A`` on ``1 .. n - 1`` (grown as ``A`` is) bound the two terms
+    from below, and ``h(j) = Ah(j) + Rh(n - j)`` is convex in ``j``: going
+    away from its minimum, ``h`` only grows, so once it reaches the best cost
+    found, no split further that way can do better.  The minimum moves right
+    as ``n`` grows (``Rh`` is convex, and ``Ah`` only drops at its right end
+    as points are added), so it is tracked by walking.
+    """
+
+    def __init__(self, right, a1):
+        n_max = len(right) - 1
+        xs, ys = _lower_hull((k, right[k]) for k in range(1, n_max + 1))
+        rh = [INF] * (n_max + 1)
+        for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+            slope = (y1 - y0) / (x1 - x0)
+            for k in range(x0, x1):
+                rh[k] = y0 + slope * (k - x0)
+        rh[xs[-1]] = ys[-1]
+        self.rh = rh
+        self.xs, self.ys = [1], [a1]  # Ah's vertices
+        self.low = 1  # where h was least for the last n
+
+    def add(self, x, y):
+        """A(x) = y is known (x = n, after P(n)): Ah now covers 1 .. x."""
+        xs, ys = self.xs, self.ys
+        while len(xs) >= 2 and (ys[-1] - ys[-2]) * (x - xs[-2]) >= (y - ys[-2]) * (xs[-1] - xs[-2]):
+            xs.pop()
+            ys.pop()
+        xs.append(x)
+        ys.append(y)
+
+    def ah(self, j):
+        xs = self.xs
+        i = bisect_right(xs, j) - 1
+        x0 = xs[i]
+        if x0 == j:
+            return self.ys[i]
+        y0 = self.ys[i]
+        return y0 + (self.ys[i + 1] - y0) * (j - x0) / (xs[i + 1] - x0)
+
+    def minimum(self, n):
+        """The ``j`` in ``1 .. n - 1`` where ``h(j) = Ah(j) + Rh(n - j)`` is least."""
+        rh, ah, last = self.rh, self.ah, n - 1
+        j = min(self.low, last)
+        here = ah(j) + rh[n - j]
+        while j < last:
+            there = ah(j + 1) + rh[n - j - 1]
+            if there > here:
+                break
+            j, here = j + 1, there
+        while j > 1:
+            there = ah(j - 1) + rh[n - j + 1]
+            if there >= here:
+                break
+            j, here = j - 1, there
+        self.low = j
+        return j
+
+
 class _Tables:
     """The optimal costs (and splits) of every chain up to ``n_max`` steps."""
 
@@ -175,6 +250,9 @@ class _Tables:
         # Monge).  `queue` keeps each useful split with the first n it wins.
         queue, head = [], 0
         right_kinks = [] if right is None else _convex_kinks(right, n_max + 1)
+        bounds = None
+        if right is not None and all(v < INF for v in right[1:]):
+            bounds = _HullBounds(right, A[1])
         for n in range(2, n_max + 1):
             best, arg = M[n], 0
             last = n - 1
@@ -215,23 +293,58 @@ class _Tables:
                     value = A[j] + wc + right[n - j]
                     if value < best:
                         best, arg = value, j
-                for j in kinks:
-                    value = A[j] + wc + right[n - j]
-                    if value < best:
-                        best, arg = value, j
-                for b in right_kinks:
-                    if b > n - 2:
-                        break
-                    value = A[n - b] + wc + right[b]
-                    if value < best:
-                        best, arg = value, n - b
+                if bounds is None or len(kinks) + len(right_kinks) < PRUNE_FROM:
+                    for j in kinks:
+                        value = A[j] + wc + right[n - j]
+                        if value < best:
+                            best, arg = value, j
+                    for b in right_kinks:
+                        if b > n - 2:
+                            break
+                        value = A[n - b] + wc + right[b]
+                        if value < best:
+                            best, arg = value, n - b
+                else:
+                    best, arg = self._pruned(n, A, right, kinks, right_kinks, bounds, best, arg)
             P.append(best)
             A.append(n + rc + best)
             split.append(arg)
+            if bounds is not None:
+                bounds.add(n, A[n])
             b = n - 1  # A[n] is known: is n - 1 a convex kink of A?
             if b >= 2 and A[b + 1] - A[b] > A[b] - A[b - 1]:
                 kinks.append(b)
         return P, split
+
+    def _pruned(self, n, A, right, kinks, right_kinks, bounds, best, arg):
+        """The disk splits of ``_level`` at ``n``, tried outwards from the minimum of the
+        convex minorant ``h`` and each way only while ``h`` is below the best cost:
+        the same result (ties included: the first split in the order ``_level``
+        tries them, A's kinks then right's) as trying them all."""
+        wc, rh, xs, ys = self.wc, bounds.rh, bounds.xs, bounds.ys
+        centre = bounds.minimum(n)
+        margin = 1e-9 * (abs(best) + 1)  # rounding in h: prune only what is surely above
+        found = None  # (group, index) of the best split here, for ties
+        # A's kinks j, ascending (group 0); then right's kinks b (group 1), split n - b
+        for group, points in ((0, kinks), (1, right_kinks)):
+            limit = len(points) if group == 0 else bisect_right(points, n - 2)
+            middle = bisect_left(points, centre if group == 0 else n - centre, 0, limit)
+            for indices in (range(middle, limit), range(middle - 1, -1, -1)):
+                for index in indices:
+                    j = points[index] if group == 0 else n - points[index]
+                    value = A[j] + wc + right[n - j]
+                    if value < best:
+                        best, arg, found = value, j, (group, index)
+                        continue
+                    if value == best and found is not None and (group, index) < found:
+                        arg, found = j, (group, index)
+                    i = bisect_right(xs, j) - 1  # h(j) = Ah(j) + Rh(n - j), inline
+                    x0, y0 = xs[i], ys[i]
+                    if x0 != j:
+                        y0 += (ys[i + 1] - y0) * (j - x0) / (xs[i + 1] - x0)
+                    if y0 + wc + rh[n - j] >= best + margin:
+                        break  # h only grows from here on: no split further this way can win
+        return best, arg
 
     def two_level(self, d: int) -> tuple[list, list]:
         """``P(., m)`` and its splits for ``m = 1 .. d`` (index 0 unused).
