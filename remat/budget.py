@@ -222,7 +222,9 @@ class Tape(Recorder):
         the largest relative difference seen where a recomputed state meets
         an exact one (and ``inverse(step(x_0))`` against ``x_0``, checked
         first).  One above the square root of the dtype's epsilon raises a
-        LoopError.  The steps must not draw random numbers.
+        LoopError.  The steps must not draw random numbers.  The replay check
+        compares structure, shapes and dtypes only: the states a reversible
+        loop tapes from are recomputed, so their values differ by rounding.
         """
         if not callable(step):
             raise TypeError(f"tape.loop: step must be callable, got {step!r}")

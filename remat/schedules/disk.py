@@ -72,12 +72,16 @@ without trying every ``j``:
 * against ``M``, which is convex (its increments are repetition numbers), the
   split cost matrix is Monge: of two split points, the later one, once at
   least as good, stays so as ``n`` grows.  A queue of the useful split points,
-  each with the first ``n`` at which it wins (found by bisection), gives the
-  best one in O(log n) amortized;
+  each with the first ``n`` at which it wins (found by galloping, then
+  bisection), gives the best one in O(log n) amortized;
 * against the other tables, which are piecewise linear, the minimum of a sum
   of two such functions lies at an end or at a kink where the slope grows,
   and that kink is one of either term; only those ``j`` are tried (a few
-  tens to a few thousand, depending on the budget);
+  tens to a few thousand, depending on the budget).  From :data:`PRUNE_FROM`
+  kinks on, they are tried outwards from the minimum of a convex minorant
+  of the sum (the lower convex hulls of both terms, see ``_HullBounds``),
+  each way only while the minorant is below the best cost found: the same
+  split, ties included, for a few tens of tries instead of thousands;
 * Disk-Revolve's segments (``write_cost + j + read_cost + D1(j)``, whatever
   their position) are tried only up to the longest one that two shorter
   ones do not beat: a dozen steps to a few hundred.
