@@ -9,10 +9,13 @@ import errno
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import remat as rm
 from remat import backend, memory, schedules
@@ -315,3 +318,23 @@ def test_files_are_removed_at_process_exit_without_backward(tmp_path):
     ).stdout
     assert out.strip() == "1"  # the folder existed while the process ran
     assert os.listdir(tmp_path) == []
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    s=st.integers(0, 3),
+    d=st.integers(1, 5),
+    wc=st.sampled_from([0.0, 0.5, 2.0]),
+    rc=st.sampled_from([0.0, 1.0, 3.0]),
+)
+def test_any_two_level_plan_runs_exactly_and_cleans_up(n, s, d, wc, rc):
+    plan = schedules.TwoLevel(n, s, d, wc, rc)
+    expected, _ = loop_grads(steps=n)
+    with tempfile.TemporaryDirectory() as folder:
+        got, tape = loop_grads(steps=n, schedule=plan, disk_dir=folder)
+        assert os.listdir(folder) == []
+    for a, b in zip(got, expected):
+        assert np.array_equal(a, b)
+    writes, reads = simulate_disk(plan)
+    assert (tape.stats.disk_writes, tape.stats.disk_reads) == (writes, reads)
