@@ -20,10 +20,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import backend, schedules
+from . import backend, policies, schedules
 from . import disk as _disk
 from . import memory as _memory
-from .checkpoint import check_policy
 from .executor import Chain, LoopError, LoopStats, run_chain
 from .pytree import flatten
 from .schedules.arguments import require_count
@@ -34,7 +33,7 @@ SCHEDULE_NAMES = schedules.SCHEDULE_NAMES
 
 
 @dataclass(frozen=True)
-class Policy:
+class Reversal:
     """What a Tape's chains are reversed with: a schedule name or object, and a budget."""
 
     schedule: object  # one of SCHEDULE_NAMES, or a schedule object
@@ -75,11 +74,11 @@ NEEDS_A_BUDGET = ("revolve", "online", "periodic", "mixed")
 
 
 def resolve_policy(snapshots, schedule):
-    """The Policy for ``rm.Tape(snapshots, schedule)``, with clear errors."""
+    """The Reversal for ``rm.Tape(snapshots, schedule)``, with clear errors."""
     if snapshots is not None:
         snapshots = require_count("Tape", "snapshots", snapshots)
     if schedule is None:
-        return Policy("revolve" if snapshots is not None else "store_all", snapshots)
+        return Reversal("revolve" if snapshots is not None else "store_all", snapshots)
     if isinstance(schedule, str):
         if schedule not in SCHEDULE_NAMES:
             raise ValueError(
@@ -88,7 +87,7 @@ def resolve_policy(snapshots, schedule):
             )
         if schedule in NEEDS_A_BUDGET and snapshots is None:
             raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
-        return Policy(schedule, snapshots)  # store_all and sqrt size their own memory
+        return Reversal(schedule, snapshots)  # store_all and sqrt size their own memory
     if not all(hasattr(schedule, a) for a in ("__iter__", "steps", "snapshots")):
         raise ValueError(
             f"Tape: schedule must be one of {', '.join(SCHEDULE_NAMES)} or a schedule object "
@@ -99,7 +98,7 @@ def resolve_policy(snapshots, schedule):
             f"Tape: snapshots={snapshots} but the schedule {schedule!r} uses "
             f"{schedule.snapshots}; give one or the other"
         )
-    return Policy(schedule, schedule.snapshots)
+    return Reversal(schedule, schedule.snapshots)
 
 
 class Tape(Recorder):
@@ -114,14 +113,23 @@ class Tape(Recorder):
 
     ``check_replay`` checks that every recomputed step gives what it gave the
     first time: always the structure, shapes and dtypes of its outputs, and,
-    when the step is taped again, their values (a CRC-32 of up to 256 evenly
-    spaced elements of each array, so it costs the same for any state size;
+    when the step is taped again, their values (a CRC-32 of about 64 elements
+    of each array, spaced by a prime stride, so it costs the same for any state size;
     ``check_replay="full"`` reads every element;
     ``check_replay=False`` checks no values).  ``trace=True`` records the bytes held
     after every action (for :func:`remat.plot.memory_timeline`);
     ``snapshot_device="cpu"`` keeps snapshots in host memory while the steps
-    run on the GPU.  ``policy`` is reserved for selective recomputation (only
-    None is accepted yet).
+    run on the GPU.  ``policy`` (:mod:`remat.policies`) is selective
+    recomputation inside the steps: the first run of each step keeps the op
+    outputs the policy chooses, held (and counted in ``tape.stats.peak_bytes``)
+    until the step is reversed, and every recomputation of that step reuses
+    them instead of evaluating those ops again (store_all recomputes nothing,
+    so keeps nothing).  A policy is any callable ``policy(op_name,
+    value_name) -> bool``, called positionally; None (or ``save_nothing``)
+    keeps nothing.  With ``memory=``, the plan is made in what is left of the
+    budget once the policy's kept values (measured) are counted.
+    (``tape.recompute`` is the policy given, None for save_nothing;
+    ``tape.policy`` is the schedule and its budget.)
 
     ``memory=`` is a budget in bytes (an int, or ``"512 KiB"``, ``"64 MiB"``,
     ``"2 GB"``): each loop, chain and scan is measured, planned with
@@ -178,8 +186,9 @@ class Tape(Recorder):
             self.memory_schedule = _memory.check_schedule(memory, snapshots, schedule)
             if snapshots is not None:
                 snapshots = require_count("Tape", "snapshots", snapshots)
-            self.policy = Policy(self.memory_schedule, snapshots)
-        self.recompute = check_policy(policy)
+            self.policy = Reversal(self.memory_schedule, snapshots)
+        # rm.policies: what the first run of each step keeps for its recomputations
+        self.recompute = policies.resolve(policy, "Tape")
         self.loops = []  # the LoopStats of each chain run on this tape
         self.plans = []  # under memory=: (schedule, measured ChainCosts) of each chain
         self.trace = trace
@@ -196,7 +205,8 @@ class Tape(Recorder):
         return LoopStats.combine(self.loops)
 
     def __repr__(self):
-        return f"<Tape {len(self.records)} records, policy={self.policy!r}>"
+        kept = "" if self.recompute is None else f", policy={self.recompute!r}"
+        return f"<Tape {len(self.records)} records, {self.policy!r}{kept}>"
 
     # --- the three forms ------------------------------------------------------------
     def loop(self, step, state, steps=None, until=None, max_steps=None, inverse=None):
@@ -340,12 +350,12 @@ class Tape(Recorder):
         Returns ``(carry, ys)`` where ``ys`` stacks the ``y``s along a new
         leading axis (or is None when f returns None for y).  ``xs`` is a
         Tensor or pytree of Tensors whose leaves share their leading axis; the
-        carry keeps its structure, shapes and dtypes.  Gradients reach ``xs``
+        carry keeps its structure, shapes and dtypes, and may hold no Tensor
+        (``init=None`` maps f over xs).  Gradients reach ``xs``
         (gathered in one buffer), ``init`` and the parameters f closes over.
         """
         if not callable(f):
             raise TypeError(f"tape.scan: f must be callable, got {f!r}")
-        _check_state("tape.scan", init)
         leaves, xs_tree = flatten(xs, lambda v: isinstance(v, Tensor) or backend.is_array(v))
         if not leaves:
             raise ValueError("tape.scan: xs has no Tensor or array in it; nothing to scan over")
@@ -390,7 +400,7 @@ class Tape(Recorder):
 
 
 def _disk_policy(snapshots, schedule, memory, disk_snapshots):
-    """``(d, Policy)`` for ``rm.Tape(snapshots=s, disk_snapshots=d)``, with clear errors."""
+    """``(d, Reversal)`` for ``rm.Tape(snapshots=s, disk_snapshots=d)``, with clear errors."""
     d = require_count("Tape", "disk_snapshots", disk_snapshots, minimum=0)
     if memory is not None:
         raise ValueError(
@@ -410,7 +420,7 @@ def _disk_policy(snapshots, schedule, memory, disk_snapshots):
     s = require_count("Tape", "snapshots", snapshots, minimum=0)
     if s + d == 0:
         raise ValueError("Tape: snapshots + disk_snapshots must be at least 1")
-    return d, Policy("two_level", s)
+    return d, Reversal("two_level", s)
 
 
 def _check_disk_dir(disk_dir, disk_snapshots, schedule):

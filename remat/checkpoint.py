@@ -13,6 +13,12 @@ nest, and mix with checkpointed loops in either direction.  The replay check
 of :mod:`remat.executor` applies: a recomputation that gives other values
 than the first run is refused (unless the open ``rm.Tape`` has
 ``check_replay=False``).
+
+``rm.checkpoint(f, policy=p)`` is selective recomputation
+(:mod:`remat.policies`, :mod:`remat.selective`): the first run keeps the
+outputs of the ops ``p`` chooses, held by the call's record (and counted in
+its bytes), and the recomputation reuses them instead of evaluating those ops
+again, checking op by op that it evaluates what the first run did.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import functools
 from . import backend, guard
 from .executor import (
     REPLAY_CAUSES,
+    Forward,
     ReplayError,
     Spec,
     StepTape,
@@ -35,7 +42,9 @@ from .executor import (
 )
 from .functional import forward_sweep
 from .ops.core import Op
+from .policies import resolve
 from .pytree import flatten, unflatten
+from .selective import Reusing, Saving, within
 from .tape import (
     FORWARD_MODE,
     GRAD_ENABLED,
@@ -51,24 +60,17 @@ from .tape import (
 from .tensor import Tensor
 
 
-def check_policy(policy):
-    """``policy=`` is for selective recomputation (op by op); only None is defined yet."""
-    if policy is not None:
-        raise NotImplementedError(
-            f"policy={policy!r}: selective recomputation policies are not implemented yet; "
-            "pass policy=None (recompute everything)"
-        )
-    return policy
-
-
 def checkpoint(f=None, policy=None):
     """``f`` checkpointed: the same function, keeping only its inputs for backward.
 
-    Use it as ``rm.checkpoint(f)(x)`` or as a decorator (``@rm.checkpoint``).
-    ``policy`` is reserved for selective recomputation; only None (recompute
-    everything) is accepted yet.
+    Use it as ``rm.checkpoint(f)(x)`` or as a decorator (``@rm.checkpoint``, or
+    ``@rm.checkpoint(policy=...)``).  ``policy`` (:mod:`remat.policies`)
+    chooses op outputs of f's first run to keep as well, which the
+    recomputation reuses instead of evaluating those ops again; None (or
+    ``save_nothing``) keeps nothing.  A policy is any callable
+    ``policy(op_name, value_name) -> bool``, called positionally.
     """
-    check_policy(policy)
+    chosen = resolve(policy, "rm.checkpoint")
     if f is None:
         return lambda g: checkpoint(g, policy)
     if not callable(f):
@@ -82,18 +84,20 @@ def checkpoint(f=None, policy=None):
         arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments", copy_arrays=True)
         rng = backend.random_state()
         context = STEP.get()
+        forward = Forward()
+        check = getattr(OPEN_TAPE.get(), "check_replay", True)
+        saving = None if chosen is None else Saving(chosen, bool(check), check == "full")
         token = STEP.set(StepValue(name, None, context))  # what f makes is f's own
         try:
             with untaped():  # unlike no_grad, what f makes keeps f's marker
-                out = f(*args, **kwargs)
+                out = within(saving, lambda: f(*args, **kwargs))
             out_arrays, _, out_tree = leaves_of(out, f"{name}: its result", True)
         finally:
             STEP.reset(token)
         if not out_arrays:
             raise TypeError(f"{name}: f must return Tensors (or a pytree of them), got {out!r}")
-        tape = OPEN_TAPE.get()
-        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context)
-        check = getattr(tape, "check_replay", True)
+        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context, forward)
+        call.kept = None if saving is None else saving.kept()
         call.full = check == "full"
         call.fingerprints = fingerprint_all(out_arrays, call.full) if check else None
         results = outputs_of(CHECKPOINT, (call,), nodes, out_arrays, call.spec.shapes)
@@ -103,7 +107,8 @@ def checkpoint(f=None, policy=None):
 
 
 class Call:
-    """What a checkpointed call keeps: f, its inputs and the random state before it."""
+    """What a checkpointed call keeps: f, its inputs, the random state before it, and
+    what its policy kept of the first run (a :class:`remat.selective.Kept`, or None)."""
 
     __slots__ = (
         "f",
@@ -117,18 +122,36 @@ class Call:
         "fingerprints",
         "checks",
         "seq",
+        "forward",
+        "kept",
     )
 
-    def __init__(self, f, name, tree, arrays, rng, spec, context):
+    def __init__(self, f, name, tree, arrays, rng, spec, context, forward):
         self.f, self.name, self.tree, self.arrays, self.rng = f, name, tree, arrays, rng
         self.spec = spec  # what f returned: checked when it is recomputed
         self.context = context  # the loop step the call ran inside, if any
         self.checks = guard.checks(arrays) if guard.WATCHED else None
         self.seq = next_sequence()
+        self.forward = forward  # what the values it read held then: checked at recompute
+        self.kept = None  # what a policy kept of the first run (remat.selective.Kept)
+
+    def held_arrays(self):
+        """The arrays this call holds for its backward: its inputs and what its policy kept."""
+        arrays = list(self.arrays)
+        if self.kept is not None:
+            arrays += self.kept.arrays()
+        return arrays
 
     @property
     def nbytes(self):
-        return sum(backend.nbytes(a) for a in self.arrays)
+        """Bytes held for its backward (each array once): its inputs and the kept values."""
+        return sum(backend.nbytes(a) for a in {id(a): a for a in self.held_arrays()}.values())
+
+    def reusing(self):
+        """The frame under which a recomputation reuses what was kept, or None."""
+        if self.kept is None:
+            return None
+        return Reusing(self.kept, self.name, ReplayError, self.full, self.forward.what_changed)
 
     def splice(self, nodes):
         """f evaluated again on its inputs themselves, recorded as ordinary records
@@ -139,11 +162,14 @@ class Call:
         args, kwargs = unflatten(self.tree, inputs)
         rng = backend.random_state()
         backend.set_random_state(self.rng)
+        reusing = self.reusing()
         try:
             with enable_grad():
-                out = self.f(*args, **kwargs)
+                out = within(reusing, lambda: self.f(*args, **kwargs))
         finally:
             backend.set_random_state(rng)
+        if reusing is not None:
+            reusing.finish()
         out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
         self.check_replay(out_tree, out_arrays)
         return flatten(out, is_value)[0]
@@ -157,7 +183,7 @@ class Call:
         if wrong is not None:
             raise ReplayError(
                 f"{self.name} was recomputed in backward and returned {wrong} than its first "
-                f"run. {REPLAY_CAUSES}"
+                f"run. {self.forward.what_changed() or REPLAY_CAUSES}"
             )
 
     def recompute(self, nodes, keep_records=False):
@@ -182,12 +208,18 @@ class Call:
         rng = backend.random_state()
         backend.set_random_state(self.rng)
         token = STEP.set(marker)
+        reusing = self.reusing()
         try:
-            out, floor, stop, records = tape_call(lambda: self.f(*args, **kwargs))
+            out, floor, stop, records = tape_call(
+                lambda: within(reusing, lambda: self.f(*args, **kwargs))
+            )
             out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
         finally:
             STEP.reset(token)
             backend.set_random_state(rng)
+        self.forward.refuse_changed(records, self.name)
+        if reusing is not None:
+            reusing.finish()
         self.check_replay(out_tree, out_arrays)
         outputs = [
             t if isinstance(t, Tensor) else Tensor._wrap(t) for t in flatten(out, is_value)[0]

@@ -39,6 +39,7 @@ from . import backend, guard, schedules
 from .functional import forward_sweep
 from .ops.core import Op
 from .pytree import flatten, unflatten
+from .selective import Reusing, Saving
 from .storage import DiskError, DiskStore
 from .tape import (
     FORWARD_MODE,
@@ -46,6 +47,7 @@ from .tape import (
     STEP,
     BackwardError,
     EscapeError,
+    Leaf,
     Record,
     Recorder,
     StepRecord,
@@ -349,6 +351,67 @@ def tape_call(call, check_replay=True):
     return result, floor, stop, recorder.records
 
 
+class Forward:
+    """When a forward sweep that is recomputed later began: a sequence number, and
+    what the watched memory held then (:func:`remat.guard.remember`)."""
+
+    __slots__ = ("seq", "memory")
+
+    def __init__(self):
+        self.seq = next_sequence()
+        self.memory = guard.remember()
+
+    def what_changed(self) -> str | None:
+        """Why a recomputation may differ, if values changed after this forward sweep:
+        for a replay error (the steps that read them may have run untaped, unseen)."""
+        if guard.REBOUND[0] > self.seq:
+            return (
+                "A leaf tensor was given a new value after the forward sweep (`p -= ...` or "
+                "`p.data = ...`); a recomputation reads the new one. Update parameters after "
+                "backward."
+            )
+        changed = guard.changed_since_remembered(self.seq, self.memory)
+        if changed is not None:
+            return (
+                f"An array of shape {changed.shape} and dtype {changed.dtype} was changed in "
+                "place after the forward sweep (through .data, np.asarray(t), .numpy() or a "
+                "view of them); a recomputation reads the new values. Change values only after "
+                "backward."
+            )
+        return None
+
+    def refuse_changed(self, records, where):
+        """Refuse ``records`` (a recomputation) if one read a value that was changed
+        after this forward sweep: memory written through a handle (``p.data[...] =``),
+        or a leaf given a new value (``with rm.no_grad(): p -= ...``).  Free unless
+        something was handed out or rebound: the forward's saves were not checked."""
+        leaves_rebound = guard.REBOUND[0] > self.seq
+        if not (leaves_rebound or guard.WATCHED):
+            return
+        cache = {}
+        for record in records:
+            leaves = [n for n in record.parents if type(n) is Leaf]
+            for node in leaves:
+                if node.rebound > self.seq:
+                    raise BackwardError(
+                        f"backward through {where}: `{record.op.name}` (output shape "
+                        f"{record.shape}) reads a leaf tensor of shape {node.shape} that was "
+                        "given a new value after the forward sweep (`p -= ...` or `p.data = "
+                        "...`), so recomputing it would differentiate another function. "
+                        "Update parameters after backward."
+                    )
+            arrays = (*record.args, *(t._data for n in leaves if (t := n.tensor()) is not None))
+            k = guard.changed_since(arrays, self.seq, self.memory, cache) if guard.WATCHED else None
+            if k is not None:
+                raise BackwardError(
+                    f"backward through {where}: `{record.op.name}` (output shape "
+                    f"{record.shape}) reads an array of shape {arrays[k].shape} and dtype "
+                    f"{arrays[k].dtype} that was changed in place after the forward sweep "
+                    "(through .data, np.asarray(t), .numpy() or a view of them), so recomputing "
+                    "it would give wrong gradients. Change values only after backward."
+                )
+
+
 def retag(records):
     """Mark records made inside a step (or checkpointed function) as its own."""
     for record in records:
@@ -361,7 +424,10 @@ def saved_by(records, floor, inputs):
     input_ids = {id(node) for node in inputs}
     saved = []
     for record in records:
-        for a, node in zip(record.args, record.parents):
+        held = record.args
+        if record.op.custom_backward is not None:  # a checkpoint's record holds its Call
+            held = getattr(record.args[0], "arrays", held)
+        for a, node in zip(held, record.parents):
             inside = node is None or (
                 node.seq >= floor if isinstance(node, Record) else id(node) in input_ids
             )
@@ -369,6 +435,9 @@ def saved_by(records, floor, inputs):
                 saved.append(a)
         if record.ans is not None:
             saved.append(record.ans)
+        kept = getattr(record.args[0], "kept", None) if held is not record.args else None
+        if kept is not None:  # what a checkpoint's policy kept
+            saved.extend(kept.arrays())
     return saved
 
 
@@ -512,6 +581,7 @@ class ChainRun:
 
     def __init__(self, tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps):
         self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
+        self.like = (*x0, *chain.xs, None)[0]  # zeros go where the inputs are (a state may be ())
         self.context = STEP.get()  # the step this chain runs inside, if any: its values may be used
         # store-all never evaluates a step twice: nothing to compare
         self.check_replay = tape.check_replay
@@ -528,7 +598,7 @@ class ChainRun:
         self.specs = {0: spec0}  # position -> Spec of x_position, learned going forward
         # a loop over one Tensor: call_step takes a short path (bench_loop's tiny steps)
         self.short = chain.step is not None and spec0.tree.kind == "leaf"
-        self.floating = backend.is_floating(spec0.dtypes[0])
+        self.floating = self.short and backend.is_floating(spec0.dtypes[0])
         self.devices = tuple(backend.device_of(a) for a in x0)
         self.until = until
         self.max_steps = max_steps
@@ -544,10 +614,12 @@ class ChainRun:
         self.inverted = None  # the position reached by the last Invert, until it moves
         self.tapes = {}  # step index -> StepTape
         self.reached = 0  # how many steps have been evaluated at least once
+        self.forward = Forward()  # replaced when the forward sweep starts
         self.first = array("L")  # step i -> fingerprint of its outputs the first time it ran
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(getattr(tape, "byte_limit", None))  # Tape(memory=): its budget
+        self.keeping = None  # a KeepingRun's: step index -> what its first run kept
         self.cotangent = None  # of x_position during the reverse sweep
         self.ys_cotangent = None
         self.xs_grads = None
@@ -690,9 +762,10 @@ class ChainRun:
             raise self.replay_error(i, wrong)
 
     def replay_error(self, i, wrong):
+        cause = self.forward.what_changed()
         return ReplayError(
             f"{self.chain.name(i)} was recomputed from its stored input and returned "
-            f"{wrong} than its first run. {REPLAY_CAUSES}"
+            f"{wrong} than its first run. {cause or REPLAY_CAUSES}"
         )
 
     def expect_position(self, action, index):
@@ -723,9 +796,12 @@ class ChainRun:
         arrays, rng = self.current
         backend.set_random_state(rng)
         for i in range(action.start, action.stop):
+            recomputed = i < self.reached
             (arrays, inputs, outputs), floor, stop, records = tape_call(
                 lambda: self.call_step(i, arrays, taped=True), self.check_replay
             )
+            if recomputed:
+                self.forward.refuse_changed(records, self.chain.name(i))
             saved = saved_by(records, floor, inputs)
             self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
             self.held.hold(saved)
@@ -898,7 +974,7 @@ class ChainRun:
             grads = reverse_step(self.outer_sweep, step_tape, seeds)
             spec = self.spec_at(i)
             width = len(spec.shapes)
-            like = step_tape.outputs[0]._data
+            like = step_tape.outputs[0]._data if step_tape.outputs else self.like
             self.cotangent = [
                 g if g is not None else backend.zeros(s, d, like=like)
                 for g, s, d in zip(grads[:width], spec.shapes, spec.dtypes)
@@ -911,6 +987,8 @@ class ChainRun:
                         buffer = self.xs_grads[k] = backend.zeros(xs.shape, g.dtype, like=xs)
                     buffer[i] += g if g.shape == buffer.shape[1:] else g.reshape(buffer.shape[1:])
             self.held.release(step_tape.saved)
+            if self.keeping is not None and i in self.keeping:
+                self.held.release(self.keeping.pop(i).arrays())
         self.position = None
 
     # -- the two sweeps --
@@ -926,6 +1004,7 @@ class ChainRun:
     def run_forward(self):
         """Carry out the schedule up to EndForward; return x_n's arrays and the ys."""
         start = time.perf_counter()
+        self.forward = Forward()
         for action in self.actions:
             if type(action) is schedules.EndForward:
                 break
@@ -1031,10 +1110,42 @@ class ChainRun:
             self.disk.close()
         self.slots.clear()
         self.tapes.clear()
+        if self.keeping:
+            self.keeping.clear()
         self.first = array("L")
         self.held = Holdings()
         self.current = (None, None)
         self.cotangent = self.outer_sweep = self.ys_cotangent = self.xs_grads = None
+
+
+class KeepingRun(ChainRun):
+    """A ChainRun under ``rm.Tape(policy=)`` (:mod:`remat.selective`): the first run of
+    each step keeps what the policy chooses, held (and counted) until the step is
+    reversed, and every later run of the step reuses it."""
+
+    def __init__(self, tape, *args):
+        super().__init__(tape, *args)
+        self.policy = tape.recompute
+        self.keeping = {}
+
+    def call_step(self, i, arrays, taped):
+        first = i == self.reached
+        kept = self.keeping.get(i)
+        if first:
+            frame = Saving(self.policy, self.check_values, self.full)
+        elif kept is not None:
+            why = self.forward.what_changed
+            frame = Reusing(kept, self.chain.name(i), ReplayError, self.full, why)
+        else:  # reversed already (a jvp after backward): nothing kept to reuse
+            return super().call_step(i, arrays, taped)
+        with frame:
+            result = super().call_step(i, arrays, taped)
+        if first:
+            kept = self.keeping[i] = frame.kept()  # released when step i is reversed
+            self.held.hold(kept.arrays())
+        else:
+            frame.finish()
+        return result
 
 
 # What carries out each action (a table of plain functions: bound methods kept on
@@ -1085,7 +1196,14 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
                 "the real and imaginary parts as two real leaves"
             )
     spec0 = Spec.of(tree0, x0)
-    run = ChainRun(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
+    # rm.Tape(policy=): the steps keep values for their recomputations (store-all has none;
+    # a reversible loop's recomputations start from reconstructed states, which kept values
+    # of the exact ones would not match)
+    keeps = getattr(tape, "recompute", None) is not None
+    if isinstance(schedule, schedules.StoreAll) or getattr(schedule, "reconstructs", False):
+        keeps = False
+    kind = KeepingRun if keeps else ChainRun
+    run = kind(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
     try:
         final, ys = run.run_forward()
     except BaseException:

@@ -15,12 +15,12 @@ from .pytree import flatten, unflatten
 from .tape import (
     FORWARD_MODE,
     GRAD_DEPTH,
+    GRAD_ENABLED,
     STEP,
     BackwardError,
     Recorder,
     backward_to,
     enable_grad,
-    grad_enabled,
     next_sequence,
     no_grad,
 )
@@ -72,8 +72,9 @@ def value_and_grad(f, argnums=0):
             )
         depth = GRAD_DEPTH.get()
         # Under no_grad nothing is recorded: a plain gradient (never zeros from
-        # unrecorded inputs), also inside an untaped loop step.
-        nested = grad_enabled() and (depth > 0 or any(_requires_grad(a) for a in args))
+        # unrecorded inputs), also inside an untaped loop step (GRAD_ENABLED is
+        # UNTAPED there, which grad_enabled() reports as on).
+        nested = bool(GRAD_ENABLED.get()) and (depth > 0 or any(_requires_grad(a) for a in args))
         inputs = [  # arrays are copied: the caller's array stays theirs
             Tensor(a) if i not in positions and backend.is_array(a) else a
             for i, a in enumerate(args)

@@ -32,7 +32,14 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
    the measured overhead of each Advance, Tape and Reverse action: a one-step
    action's time beyond a step's share of a long run.
 
-The plan is cached, keyed by the functions (the objects themselves), the
+Under ``rm.Tape(memory=..., policy=...)`` the chain's steps keep what the
+policy chooses (:mod:`remat.selective`), each from its first run until it is
+reversed: all of it is held at the end of the forward sweep.  Those bytes
+are measured (:func:`measure_kept`) and the plan made in what is left of the
+budget, so the peak stays within it.  The measured times are those of steps
+without reuse, so the prediction overestimates what recomputations cost.
+
+The plan is cached, keyed by the functions (the objects themselves), the policy, the
 shapes and dtypes of the state (and of ``xs``), the length and the budget, so
 that a training loop taking a new Tape each iteration measures once.
 ``tape.stats.plan`` says "measured" or "reused"; ``clear_plans()`` empties the
@@ -58,7 +65,7 @@ from fractions import Fraction
 from numbers import Integral
 
 from . import backend, schedules
-from .executor import ChainRun, Holdings, Spec, leaves_of
+from .executor import ChainRun, Holdings, KeepingRun, Spec, leaves_of
 
 CACHE_SIZE = 32
 BLOCK_LIMIT = 64  # heterogeneous chains longer than this are planned over blocks
@@ -295,6 +302,28 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
         backend.set_random_state(rng)
 
 
+def measure_kept(tape, chain, state, steps, alike):
+    """The bytes ``tape``'s policy (``rm.Tape(policy=)``) keeps over the whole chain.
+
+    Each step's first run keeps its values until the step is reversed, and every
+    step runs once in the forward sweep before the first is reversed: at that
+    moment all are held, beside the plan's slots and tapes.  Measured by running
+    the steps untaped once under the policy (``alike``: step 0, taken for all).
+    """
+    x0, x0_nodes, tree = leaves_of(state, "the initial state")
+    rng = backend.random_state()
+    run = KeepingRun(  # keeping as under a schedule that recomputes
+        tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
+    )
+    run.held = Holdings()
+    try:
+        run.advance(schedules.Advance(0, 1 if alike else steps))
+        return run.held.bytes * (steps if alike else 1)
+    finally:
+        run.release()
+        backend.set_random_state(rng)
+
+
 # --- planning -------------------------------------------------------------------
 
 
@@ -446,6 +475,7 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         memory,
         name,
         snapshots,
+        tape.recompute,
     )
     try:
         entry = _PLANS.get(key)
@@ -455,10 +485,24 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         _PLANS.move_to_end(key)
         return (*entry, "reused")
     costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike)
-    if name == "optimal":
-        schedule = plan_optimal(costs, memory, chain.owner)
-    else:
-        schedule = fitting_slots(name, costs, memory, snapshots, chain.owner)
+    kept = 0 if tape.recompute is None else measure_kept(tape, chain, state, steps, alike)
+    room = memory - kept  # what the slots and tapes may hold beside the policy's values
+    try:
+        if room < 1:
+            raise ValueError("nothing is left for the plan")
+        if name == "optimal":
+            schedule = plan_optimal(costs, room, chain.owner)
+        else:
+            schedule = fitting_slots(name, costs, room, snapshots, chain.owner)
+    except ValueError as error:
+        if not kept:
+            raise
+        raise ValueError(
+            f"{chain.owner}: memory={memory} bytes is too small with policy "
+            f"{tape.recompute!r}: it keeps {kept} bytes over the chain's steps (each step's "
+            f"values from its first run until it is reversed), which leaves {room} bytes "
+            f"for the plan's slots and tapes: {error}"
+        ) from None
     predicted = predicted_time(schedule, costs, overhead)
     if key is not None:
         _PLANS[key] = (schedule, costs, predicted)

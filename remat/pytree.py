@@ -31,7 +31,8 @@ class TreeDef:
 
     Two dicts with the same keys in another insertion order have equal
     TreeDefs (their leaves flatten alike); a static value that is not equal to
-    itself (NaN) compares by identity.
+    itself (NaN) compares by identity, and objects of a class that defines no
+    ``==`` of its own (a fresh one each call) by their class.
     """
 
     kind: object  # "leaf", "static", or the container type (tuple subclass, list, dict)
@@ -49,6 +50,8 @@ class TreeDef:
         if self.kind != "static":
             return True
         a, b = self.meta, other.meta
+        if type(a) is type(b) and type(a).__eq__ is object.__eq__:
+            return True  # no value to compare: the class is the structure
         return a is b or bool(a == b) or (a != a and b != b)  # NaN is NaN here
 
     def __hash__(self):

@@ -56,9 +56,32 @@ FORWARD_MODE = ContextVar("remat_forward_mode", default=False)  # inside rm.jvp'
 _TAPE_START = ContextVar("remat_tape_start", default=0)  # records an open tape had before
 
 
+class _Untaped:
+    """GRAD_ENABLED's value while the executor evaluates a step (or a checkpointed
+    function) without taping it: falsy, so ops record nothing, yet
+    :func:`grad_enabled` says True, as it does when the same code is taped, so that
+    code branching on it computes the same thing in both runs."""
+
+    __slots__ = ()
+
+    def __bool__(self):
+        return False
+
+    def __repr__(self):
+        return "UNTAPED"
+
+
+UNTAPED = _Untaped()
+
+
 def grad_enabled() -> bool:
-    """Whether ops are recorded here and now (False inside ``rm.no_grad()``)."""
-    return GRAD_ENABLED.get()
+    """Whether gradients are on here and now (False inside ``rm.no_grad()``).
+
+    Inside ``rm.checkpoint(f)``'s first run, and a checkpointed loop's steps,
+    it is True, as outside: those runs record nothing only because their steps
+    are recomputed (and recorded) in backward.
+    """
+    return GRAD_ENABLED.get() is not False
 
 
 class StepValue:
@@ -200,12 +223,13 @@ class Leaf:
     and its node form no reference cycle: dropping the tensor frees it at once.
     """
 
-    __slots__ = ("tensor", "shape", "dtype")
+    __slots__ = ("tensor", "shape", "dtype", "rebound")
 
     def __init__(self, tensor):
         self.tensor = weakref.ref(tensor)
         self.shape = tensor._data.shape
         self.dtype = tensor._data.dtype
+        self.rebound = -1  # sequence number of the latest new value (guard.rebound)
 
     def __repr__(self):
         return f"<Leaf {self.shape}>"
@@ -263,7 +287,7 @@ class untaped(enable_grad):
     no_grad, the step's values keep their marker (internal)."""
 
     def __enter__(self):
-        push_value(GRAD_ENABLED, False)
+        push_value(GRAD_ENABLED, UNTAPED)
         return self
 
 

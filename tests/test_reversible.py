@@ -167,7 +167,12 @@ def test_inverse_arguments_are_checked():
 
 @pytest.mark.parametrize(
     "tape_kwargs",
-    [{"memory": "1 MiB"}, {"snapshots": 2, "disk_snapshots": 2}, {"schedule": "sqrt"}],
+    [
+        {"memory": "1 MiB"},
+        {"snapshots": 2, "disk_snapshots": 2},
+        {"schedule": "sqrt"},
+        {"snapshots": 3, "policy": rm.policies.save_everything},
+    ],
 )
 def test_any_tape_reverses_with_the_inverse(tape_kwargs):
     expected, _ = grads(12, inverse=False)

@@ -23,6 +23,12 @@ value escaping a step is recognised (:class:`remat.tape.StepValue`).
 
 Every op is registered in :data:`OPS`, the one table the tests are generated
 from.
+
+Each application of an op tests one thing more, whether a frame of
+:mod:`remat.selective` is open anywhere (``rm.count_ops()``, or a policy's
+first run or recomputation); only then does the forward go through
+:func:`remat.selective.evaluate`, which may count it, keep its output, or
+give the kept output instead of running it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from itertools import product
 
 from .. import backend
 from ..guard import WATCHED, checks
+from ..selective import OPEN, evaluate
 from ..tape import GRAD_ENABLED, STEP, Record, check_step_value
 from ..tensor import Tensor, holds_tensors
 
@@ -203,7 +210,7 @@ def unary(op, x, **kw):
         x = as_tensor(x)
     data = x._data
     try:
-        out = _output(op.forward(data, **kw))
+        out = _output(evaluate(op, (data,), kw) if OPEN else op.forward(data, **kw))
     except (ValueError, TypeError) as error:
         raise _operand_error(op, (data,), error) from None
     node = x.node
@@ -238,7 +245,7 @@ def make_unary(op, doc=None):
             x = as_tensor(x)
         data = x._data
         try:
-            out = forward(data)
+            out = evaluate(op, (data,), None) if OPEN else forward(data)
         except (ValueError, TypeError) as error:
             raise _operand_error(op, (data,), error) from None
         if type(out) is not ndarray:
@@ -289,7 +296,7 @@ def make_binary(op, doc=None):
             b = as_tensor(b)
             db, nb = b._data, b.node
         try:
-            out = forward(da, db)
+            out = evaluate(op, (da, db), None) if OPEN else forward(da, db)
         except (ValueError, TypeError) as error:
             raise _operand_error(op, (da, db), error) from None
         if type(out) is not ndarray:
@@ -344,7 +351,10 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     ]
     datas = [t._data if isinstance(t, Tensor) else t for t in tensors]
     try:
-        out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
+        if OPEN:  # a frame watches op evaluations (remat.selective)
+            out = evaluate(op, datas, forward_kw)
+        else:
+            out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
     except (ValueError, TypeError) as error:
         raise _operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
     out = _output(out)
