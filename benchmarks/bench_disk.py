@@ -36,7 +36,7 @@ PLAN_CASES = {  # n -> (s, d) of TwoLevel (d None: DiskRevolve)
     10**4: ((10, None), (10, 2), (10, 5), (10, 10), (10, 50)),
     10**5: ((10, None), (10, 2), (10, 5), (10, 10)),
 }
-GRID, STEPS, SLOTS, DISK_SLOTS, REPEATS = 10**5, 2000, 10, (20, 60), 3
+GRID, STEPS, SLOTS, DISK_SLOTS, REPEATS = 10**5, 2000, 10, (20, 60), 5
 PEER_CASES = ((100, 2, 3), (1000, 2, 2), (1000, 5, 5), (1000, 10, 10), (3000, 10, 5))
 
 
@@ -75,12 +75,12 @@ def reaction_diffusion(grid):
 
 def pde_run(step, u0, coefficient, steps, **tape_kwargs):
     u0.grad = coefficient.grad = None
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with rm.Tape(**tape_kwargs) as tape:
         loss = (tape.loop(step, u0, steps=steps) ** 2).sum()
     loss.backward()
-    seconds = time.perf_counter() - start
-    return seconds, tape.stats, (u0.grad.copy(), coefficient.grad.copy())
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return (seconds, cpu), tape.stats, (u0.grad.copy(), coefficient.grad.copy())
 
 
 def pde_rows(grid, steps, slots, disk_slots, repeats, folder):
@@ -99,25 +99,31 @@ def pde_rows(grid, steps, slots, disk_slots, repeats, folder):
                 tape.loop(step, u0, steps=steps)
             plans[name] = (tape.plans[0], time.perf_counter() - start)
     times = {name: [] for name in contenders}
+    cpu = {name: [] for name in contenders}
     stats, grads = {}, {}
     for _ in range(repeats):
         for name, kwargs in contenders.items():
-            seconds, stats[name], grads[name] = pde_run(step, u0, coefficient, steps, **kwargs)
-            times[name].append(seconds)
+            (wall, used), stats[name], grads[name] = pde_run(step, u0, coefficient, steps, **kwargs)
+            times[name].append(wall)
+            cpu[name].append(used)
     reference = grads[f"revolve s={slots}"]
     base = statistics.median(times[f"revolve s={slots}"])
+    cpu_base = statistics.median(cpu[f"revolve s={slots}"])
     rows = []
     for name in contenders:
         st = stats[name]
         same = all(np.array_equal(a, b) for a, b in zip(grads[name], reference))
         (plan, costs), plan_seconds = plans.get(name, ((None, None), None))
         median = statistics.median(times[name])
+        cpu_median = statistics.median(cpu[name])
         rows.append(
             (
                 name,
                 st.forward_steps,
                 f"{median:.2f}",
                 f"{median / base:.2f}",
+                f"{cpu_median:.2f}",
+                f"{cpu_median / cpu_base:.2f}",
                 "-" if costs is None else f"{costs.write_cost:.2f} / {costs.read_cost:.2f}",
                 "-" if plan_seconds is None else f"{plan_seconds:.2f}",
                 f"{st.disk_writes} / {st.disk_reads}",
@@ -128,7 +134,7 @@ def pde_rows(grid, steps, slots, disk_slots, repeats, folder):
                 "yes" if same else "**NO**",
             )
         )
-    return rows, {name: times[name] for name in contenders}
+    return rows, times
 
 
 def peer_counts(schedule, n, wd, rd):
@@ -198,6 +204,8 @@ def run(quick=False):
             "step evaluations",
             "seconds (median)",
             "/ revolve",
+            "CPU seconds (median)",
+            "/ revolve (CPU)",
             "write / read cost (steps)",
             "plan seconds",
             "disk writes / reads",
@@ -240,7 +248,9 @@ def run(quick=False):
                 f"**A reaction-diffusion loop**: {steps} steps of Fisher-KPP on a periodic grid of "
                 f"{grid} points (a state of {grid * 8 / 2**20:.2f} MiB), gradient of "
                 "sum(u_n**2) with respect to u_0 and D; forward + backward wall time, contenders "
-                f"interleaved, median of {repeats}.  Disk snapshots in a temporary folder on the "
+                f"interleaved, median of {repeats} (wall time, and this process's CPU time, "
+                "which other work on the machine disturbs less).  Disk snapshots in a "
+                "temporary folder on the "
                 f"machine's disk ({'empty' if not left else 'NOT empty'} afterwards).  The "
                 "write and read costs are the ones measured by the tape (in step evaluations).",
                 pde,
