@@ -33,7 +33,7 @@ from remat import memory
 from remat.schedules import DISK, DiskRevolve, TwoLevel, simulate
 
 PLAN_CASES = {  # n -> (s, d) of TwoLevel (d None: DiskRevolve)
-    10**4: ((10, None), (10, 2), (10, 5), (10, 10), (10, 50)),
+    10**4: ((10, None), (10, 2), (10, 5), (10, 10), (10, 50), (10, 1000)),
     10**5: ((10, None), (10, 2), (10, 5), (10, 10)),
 }
 GRID, STEPS, SLOTS, DISK_SLOTS, REPEATS = 10**5, 2000, 10, (20, 60), 5

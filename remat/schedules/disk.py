@@ -123,6 +123,7 @@ from .arguments import require_count
 from .revolve import reverse_segment
 
 INF = float("inf")
+SHORTCUT_FROM = 8  # disk slots from which TwoLevel first asks if Disk-Revolve's plan fits
 PRUNE_FROM = 96  # kinks from which pruning them beats trying them all (measured, n = 2000..10**5)
 
 
@@ -377,6 +378,21 @@ class _Tables:
             splits.append(splits[-1])
         return Ps, splits
 
+    def fitting_unbounded(self, d: int):
+        """Disk-Revolve's tables ``(D1, split1, Dinf, split)`` if its plan for ``n_max``
+        steps needs at most ``d`` disk slots, else None.
+
+        Then it is optimal with ``d`` slots too: it is a plan within them, and no
+        plan within them beats the best with an unbounded disk.  Its disk slots
+        are its nested segments: one for each cut along ``n, n - j_1, ...``.
+        """
+        found = self.unbounded()
+        split, n, used = found[3], self.n_max, 0
+        while split[n]:
+            used += 1
+            n -= split[n]
+        return found if used <= d else None
+
     def unbounded(self) -> tuple[list, list, list, list]:
         """Disk-Revolve: ``D1``, its splits, ``Dinf`` and its splits.
 
@@ -458,6 +474,10 @@ def two_level_cost(steps: int, snapshots: int, disk_snapshots: int, write_cost, 
     tables = _Tables(n, s, wc, rc)
     if d == 0:
         return tables.M[n]
+    if d >= SHORTCUT_FROM:
+        found = tables.fitting_unbounded(d)
+        if found is not None:
+            return found[2][n]
     P = tables.two_level(d)[0][d]
     return min(tables.M[n], wc + P[n])
 
@@ -531,9 +551,20 @@ class DiskRevolve:
             "DiskRevolve", steps, snapshots, write_cost, read_cost
         )
         tables = _Tables(self.steps, self.snapshots, self.write_cost, self.read_cost)
-        _, self._split1, costs, self._split = tables.unbounded()
+        self._take(tables.unbounded())
+
+    def _take(self, found) -> None:
+        _, self._split1, costs, self._split = found
         self.cost = costs[self.steps]
         self.x0_level = None if self.steps == 1 else DISK if self._split[self.steps] else MEMORY
+
+    @classmethod
+    def _from_tables(cls, steps, snapshots, write_cost, read_cost, found) -> DiskRevolve:
+        plan = cls.__new__(cls)
+        plan.steps, plan.snapshots = steps, snapshots
+        plan.write_cost, plan.read_cost = write_cost, read_cost
+        plan._take(found)
+        return plan
 
     def __repr__(self) -> str:
         return (
@@ -583,6 +614,10 @@ class TwoLevel:
     conventions are in :mod:`.disk`; ``cost`` is the optimum,
     ``two_level_cost(...)``, and ``x0_level`` says where ``x_0`` is stored.
     The disk slot of a segment with ``m`` slots left is ``disk_snapshots - m``.
+    With :data:`SHORTCUT_FROM` disk slots or more, it first asks whether
+    :class:`DiskRevolve`'s plan (an unbounded disk) needs no more slots than
+    it has: then that plan is optimal here too, and it is the schedule (its
+    slots numbered by depth), without a table per disk slot.
     """
 
     def __init__(
@@ -595,6 +630,11 @@ class TwoLevel:
         self.write_cost, self.read_cost = wc, rc
         tables = _Tables(n, s, wc, rc)
         self._M = tables.M
+        found = tables.fitting_unbounded(d) if d >= SHORTCUT_FROM else None
+        self._unbounded = found and DiskRevolve._from_tables(n, s, wc, rc, found)
+        if self._unbounded:  # Disk-Revolve's plan fits in the disk slots: it is optimal
+            self.cost, self.x0_level = self._unbounded.cost, self._unbounded.x0_level
+            return
         self._P, self._split = tables.two_level(d) if d else ([None], [None])
         self.cost = self._M[n] if d == 0 else min(self._M[n], wc + self._P[d][n])
         self.x0_level = None if n == 1 else MEMORY if self._on_memory(n, d) else DISK
@@ -610,6 +650,8 @@ class TwoLevel:
         )
 
     def __iter__(self) -> Iterator[Action]:
+        if self._unbounded:
+            return iter(self._unbounded)
         d, split = self.disk_snapshots, self._split
 
         def expand(task):
