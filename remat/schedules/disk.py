@@ -86,12 +86,14 @@ without trying every ``j``:
   their position) are tried only up to the longest one that two shorter
   ones do not beat: a dozen steps to a few hundred.
 
-Plan times (``python -m benchmarks schedules``, one core): at ``n = 10**4``
-0.03 s for DiskRevolve and 0.05 to 0.2 s for TwoLevel with 2 to 5 disk
-slots; at ``n = 10**5`` 0.3 s and 0.7 to 4 s.  TwoLevel's work grows with
-the disk slots, one table each, until a level equals the one below: with
-10 memory slots at ``n = 10**4``, 50 disk slots take 15 s and 200 take 50 s
-(DiskRevolve, which needs no bound, would use 903 there).  Iterating the actions adds
+Plan times (``python -m benchmarks disk``, one core of a shared machine,
+10 memory slots, write = read = 2): at ``n = 10**4`` 0.03 s for DiskRevolve
+and 0.06 / 0.2 / 0.6 / 6.7 s for TwoLevel with 2 / 5 / 10 / 50 disk slots;
+at ``n = 10**5`` 0.2 s and 0.5 / 2.5 / 9 s with 2 / 5 / 10.  TwoLevel's
+work grows with the disk slots, one table each, until a level equals the
+one below; with :data:`SHORTCUT_FROM` slots or more it first checks whether
+DiskRevolve's plan fits (903 slots at ``n = 10**4``), and then takes it:
+1000 disk slots plan in 0.03 s, where 200 still take some 20 s.  Iterating the actions adds
 about 0.15 s per 10**5 steps; the generator keeps an explicit stack, so no
 depth of disk segments can overflow Python's recursion limit.
 
