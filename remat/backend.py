@@ -18,11 +18,18 @@ from __future__ import annotations
 
 import threading
 import zlib
+from collections.abc import Iterable
+from typing import Any, TypeGuard
 
 import numpy as np
+import numpy.typing as npt
 
 xp = np
 ndarray = np.ndarray
+Array = np.ndarray
+"""The static type of a backend array (CuPy's arrays mirror NumPy's interface)."""
+ArrayLike = npt.ArrayLike
+DTypeLike = npt.DTypeLike
 float64 = np.float64
 int64 = np.int64
 
@@ -30,13 +37,21 @@ DEVICES = ("cpu", "cuda")
 
 
 class DeviceError(RuntimeError):
-    """A device that is not available, or arrays on two devices in one op."""
+    """A device that is not available, or arrays on two devices in one op.
+
+    >>> import remat as rm
+    >>> try:
+    ...     rm.ones(2, device="tpu")
+    ... except rm.DeviceError as error:
+    ...     print(error)
+    unknown device 'tpu'; choose 'cpu' or 'cuda'
+    """
 
 
 # --- devices ---------------------------------------------------------------------
 
 
-def _is_cupy(array) -> bool:
+def _is_cupy(array: object) -> bool:
     return type(array).__module__.startswith("cupy")
 
 
@@ -70,6 +85,13 @@ def cuda_problem() -> str | None:
 
 
 def cuda_available() -> bool:
+    """Whether device ``"cuda"`` can be used here (CuPy imports and sees a GPU).
+
+    >>> import remat as rm
+    >>> device = "cuda" if rm.cuda_available() else "cpu"
+    >>> rm.ones(2, device=device).device == device
+    True
+    """
     return cuda_problem() is None
 
 
@@ -78,11 +100,11 @@ def namespace(array):
     return _cupy() if _is_cupy(array) else np
 
 
-def device_of(array) -> str:
+def device_of(array: object) -> str:
     return "cuda" if _is_cupy(array) else "cpu"
 
 
-def check_device(device) -> str:
+def check_device(device: object) -> str:
     if device not in DEVICES:
         raise DeviceError(f"unknown device {device!r}; choose 'cpu' or 'cuda'")
     return device
@@ -102,7 +124,7 @@ def to_device(array, device):
     return _cupy().asarray(array)
 
 
-def asarray(data, dtype=None, device=None):
+def asarray(data: Any, dtype: DTypeLike | None = None, device: str | None = None) -> Array:
     """A fresh array holding a copy of ``data`` (a list, scalar or array)."""
     if device is None:
         device = device_of(data)
@@ -126,23 +148,23 @@ def read_only(array):
     return view
 
 
-def is_array(value) -> bool:
+def is_array(value: object) -> TypeGuard[Array]:
     return isinstance(value, np.ndarray) or _is_cupy(value)
 
 
-def is_floating(dtype) -> bool:
+def is_floating(dtype: DTypeLike) -> bool:
     return np.issubdtype(dtype, np.floating)
 
 
-def is_integer(dtype) -> bool:
+def is_integer(dtype: DTypeLike) -> bool:
     return np.issubdtype(dtype, np.integer)
 
 
-def is_complex(dtype) -> bool:
+def is_complex(dtype: DTypeLike) -> bool:
     return np.issubdtype(dtype, np.complexfloating)
 
 
-def to_host(array) -> np.ndarray:
+def to_host(array: Any) -> np.ndarray:
     """A NumPy array with the same values (a copy only for device arrays)."""
     if isinstance(array, np.ndarray):
         return array
@@ -151,7 +173,7 @@ def to_host(array) -> np.ndarray:
     return np.asarray(array)
 
 
-def mixed_devices(arrays) -> str | None:
+def mixed_devices(arrays: Iterable[object]) -> str | None:
     """A description of the devices if ``arrays`` are on more than one, else None."""
     places = [(device_of(a), getattr(a, "shape", ())) for a in arrays if is_array(a)]
     if len({d for d, _ in places}) > 1:
@@ -162,7 +184,7 @@ def mixed_devices(arrays) -> str | None:
 # --- arrays the tape keeps -----------------------------------------------------------
 
 
-def nbytes(value) -> int:
+def nbytes(value: object) -> int:
     """Bytes held by an array (0 for Python scalars and None)."""
     return getattr(value, "nbytes", 0)
 
@@ -179,10 +201,10 @@ def memory_owner(array):
 REPLAY_SAMPLE = 64
 """About how many elements of a large array the default replay check reads."""
 
-_STRIDES = {}  # array shape -> the sampling stride for it
+_STRIDES: dict[tuple[int, ...], int] = {}  # array shape -> the sampling stride for it
 
 
-def _sample_stride(shape) -> int:
+def _sample_stride(shape: tuple[int, ...]) -> int:
     """The largest prime at most ``size // REPLAY_SAMPLE`` that does not divide the
     row length (the last axis).  Such a stride shares no factor with it, so the
     samples of a 2-D state fall in as many different columns as there are samples
@@ -199,7 +221,7 @@ def _sample_stride(shape) -> int:
     return stride
 
 
-def replay_fingerprint(array, start: int = 0, full: bool = False) -> int:
+def replay_fingerprint(array: Any, start: int = 0, full: bool = False) -> int:
     """A cheap fingerprint for the replay check of recomputed steps: a CRC-32 of
     the array's bytes, compared bit for bit.
 
@@ -221,7 +243,7 @@ def replay_fingerprint(array, start: int = 0, full: bool = False) -> int:
     return zlib.crc32(array.tobytes(), start)  # tobytes: C order, for any strides
 
 
-def fingerprint(array, start: int = 0) -> int:
+def fingerprint(array: Any, start: int = 0) -> int:
     """A checksum of an array's values (CRC-32 of its bytes).
 
     It tells whether an array changed between two moments: the write guard
@@ -231,10 +253,10 @@ def fingerprint(array, start: int = 0) -> int:
     ``start`` chains CRCs: fingerprint(b, fingerprint(a)) covers a then b.
     """
     host = array.get() if _is_cupy(array) else array
-    return zlib.crc32(np.ascontiguousarray(host).view(np.uint8).reshape(-1), start)
+    return zlib.crc32(np.ascontiguousarray(host).view(np.uint8).reshape(-1).data, start)
 
 
-def is_owned(array) -> bool:
+def is_owned(array: Any) -> bool:
     """True for a writeable array that is not a view of another."""
     if type(array) is np.ndarray:
         return array.flags.writeable and array.base is None
@@ -245,7 +267,7 @@ def copy(array):
     return namespace(array).array(array, copy=True)
 
 
-def save_arrays(file, arrays) -> int:
+def save_arrays(file: Any, arrays: Iterable[Any]) -> int:
     """Write ``arrays`` one after the other to the open binary ``file`` (NumPy's .npy
     format, no pickles); returns the bytes of their data.  Device arrays go through
     host memory.  Raises what the file system raises (OSError: a full disk...)."""
@@ -257,13 +279,13 @@ def save_arrays(file, arrays) -> int:
     return written
 
 
-def load_arrays(file, devices):
+def load_arrays(file: Any, devices: Iterable[str]) -> tuple[Any, ...]:
     """Read back what :func:`save_arrays` wrote, one array per entry of ``devices``
     (where each goes: "cpu" or "cuda"), bit for bit."""
     return tuple(to_device(np.load(file, allow_pickle=False), d) for d in devices)
 
 
-def reconstruction_tolerance(dtype) -> float:
+def reconstruction_tolerance(dtype: Any) -> float:
     """How far a state recomputed by an inverse may be from the exact one, relative to
     its magnitude: the square root of the dtype's machine epsilon (1.5e-8 in float64,
     3.5e-4 in float32), and 0 for integers, which an inverse must give back exactly."""
@@ -291,7 +313,7 @@ def argsort(values):
 # --- indexing ---------------------------------------------------------------------
 
 
-def is_integer_index(value) -> bool:
+def is_integer_index(value: object) -> bool:
     """True for an integer array used as an index (which may repeat entries)."""
     return is_array(value) and np.issubdtype(value.dtype, np.integer)
 
@@ -385,7 +407,7 @@ def random_state():
     return r.known[1]
 
 
-def set_random_state(state) -> None:
+def set_random_state(state: Any) -> None:
     r = _random
     if r.known is not None and r.known[1] is state and r.known[0] == r.draws:
         return  # the generator is in this state already

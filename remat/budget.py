@@ -18,7 +18,9 @@ States, carries, inputs and outputs are pytrees of Tensors (or arrays).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from . import backend, policies, schedules
 from . import disk as _disk
@@ -28,6 +30,9 @@ from .pytree import flatten
 from .schedules.arguments import require_count
 from .tape import Recorder
 from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .typing import PyTree
 
 SCHEDULE_NAMES = schedules.SCHEDULE_NAMES
 
@@ -135,9 +140,11 @@ class Tape(Recorder):
     ``"2 GB"``): each loop, chain and scan is measured, planned with
     :class:`remat.schedules.Optimal` (``schedule=None`` or ``"optimal"``) and
     run within it (:mod:`remat.memory`); ``tape.stats.peak_bytes`` never
-    exceeds it, and ``tape.plans`` lists each chain's (schedule, measured
-    costs).  With ``snapshots=s`` (and ``schedule="revolve"``, the default
-    then, or ``"mixed"``) the two must agree: ``s`` slots must fit in the
+    exceeds it (for gradients: the run with tangents of ``rm.hvp`` or
+    ``rm.grad`` of ``rm.grad`` follows the same plan and holds up to twice
+    it), and ``tape.plans`` lists each chain's (schedule, measured costs).
+    With ``snapshots=s`` (and ``schedule="revolve"``, the default then, or
+    ``"mixed"``) the two must agree: ``s`` slots must fit in the
     budget under the measured costs; ``"revolve"`` or ``"mixed"`` without
     ``snapshots=`` take the most slots that fit.  Other schedules are refused.
 
@@ -157,20 +164,29 @@ class Tape(Recorder):
     A tape keeps every record made on it, and a chain's record keeps its
     snapshots until the chain is reversed: evaluate without gradients under
     ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.
+
+    >>> import remat as rm
+    >>> w = rm.tensor([0.5], requires_grad=True)
+    >>> with rm.Tape(snapshots=3) as tape:
+    ...     h = tape.loop(lambda h: rm.tanh(h * w), rm.ones(1), steps=20)
+    ...     loss = h.sum()
+    >>> loss.backward()
+    >>> tape.stats.steps, tape.stats.forward_steps, tape.stats.peak_snapshots  # revolve
+    (20, 65, 3)
     """
 
     def __init__(
         self,
-        snapshots=None,
-        schedule=None,
-        trace=False,
-        snapshot_device=None,
-        check_replay=True,
-        policy=None,
-        memory=None,
-        disk_snapshots=None,
-        disk_dir=None,
-    ):
+        snapshots: int | None = None,
+        schedule: str | schedules.Schedule | None = None,
+        trace: bool = False,
+        snapshot_device: str | None = None,
+        check_replay: bool | str = True,
+        policy: policies.Policy | Callable[[str, str | None], bool] | None = None,
+        memory: int | str | None = None,
+        disk_snapshots: int | None = None,
+        disk_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         super().__init__()
         self.byte_limit = self.memory_schedule = None
         self.disk_snapshots = None
@@ -189,8 +205,9 @@ class Tape(Recorder):
             self.policy = Reversal(self.memory_schedule, snapshots)
         # rm.policies: what the first run of each step keeps for its recomputations
         self.recompute = policies.resolve(policy, "Tape")
-        self.loops = []  # the LoopStats of each chain run on this tape
-        self.plans = []  # under memory=: (schedule, measured ChainCosts) of each chain
+        self.loops: list[LoopStats] = []  # the LoopStats of each chain run on this tape
+        # under memory=: (schedule, measured ChainCosts) of each chain
+        self.plans: list[tuple[Any, Any]] = []
         self.trace = trace
         if check_replay not in (True, False, "full"):
             raise ValueError(
@@ -204,12 +221,20 @@ class Tape(Recorder):
         """Counts of the chains run on this tape, added up (see :class:`LoopStats`)."""
         return LoopStats.combine(self.loops)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         kept = "" if self.recompute is None else f", policy={self.recompute!r}"
         return f"<Tape {len(self.records)} records, {self.policy!r}{kept}>"
 
     # --- the three forms ------------------------------------------------------------
-    def loop(self, step, state, steps=None, until=None, max_steps=None, inverse=None):
+    def loop(
+        self,
+        step: Callable[[PyTree], PyTree],
+        state: PyTree,
+        steps: int | None = None,
+        until: Callable[[PyTree], Any] | None = None,
+        max_steps: int | None = None,
+        inverse: Callable[[PyTree], PyTree] | None = None,
+    ) -> PyTree:
         """Run ``state = step(state)`` under this tape's budget; return the final state.
 
         ``step`` maps a state (a Tensor, or a pytree of Tensors: tuples, lists,
@@ -235,6 +260,13 @@ class Tape(Recorder):
         LoopError.  The steps must not draw random numbers.  The replay check
         compares structure, shapes and dtypes only: the states a reversible
         loop tapes from are recomputed, so their values differ by rounding.
+
+        >>> import remat as rm
+        >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
+        >>> with rm.Tape(snapshots=2, schedule="online") as tape:
+        ...     h = tape.loop(lambda h: h * 0.5, x, until=lambda h: h.sum().item() < 0.1)
+        >>> h.sum().backward(); tape.stats.steps, x.grad
+        (5, array([0.03125, 0.03125]))
         """
         if not callable(step):
             raise TypeError(f"tape.loop: step must be callable, got {step!r}")
@@ -270,7 +302,7 @@ class Tape(Recorder):
             step=step,
             inverse=inverse,
         )
-        if inverse is not None:
+        if inverse is not None and steps is not None:  # (until= was refused with inverse=)
             slots = self.policy.snapshots or 2  # no slot count: x_0 and the working slot
             return run_chain(self, chain, state, schedules.Reversible(steps, slots))[0]
         if self.disk_snapshots is not None:
@@ -303,7 +335,9 @@ class Tape(Recorder):
         stats.memory, stats.plan, stats.predicted_seconds = self.byte_limit, how, predicted
         return result
 
-    def _on_disk(self, chain, state, steps, functions):
+    def _on_disk(
+        self, chain: Chain, state: PyTree, steps: Any, functions: Sequence[Callable[..., Any]]
+    ) -> Any:
         """Run ``chain`` with memory and disk slots: TwoLevel at measured costs."""
         schedule, costs, how = _disk.plan_chain(self, chain, state, steps, functions)
         result = run_chain(self, chain, state, schedule)
@@ -311,13 +345,23 @@ class Tape(Recorder):
         self.loops[-1].plan = how
         return result
 
-    def chain(self, functions, state):
+    def chain(self, functions: Sequence[Callable[[PyTree], PyTree]], state: PyTree) -> PyTree:
         """Run ``state = f(state)`` for each ``f`` in ``functions``, reversed under the budget.
 
         The functions may change the state's shapes, dtypes and structure from
         one to the next (a network whose layers differ).  With
         ``Tape(snapshots=s)`` it is revolve over the chain, with the same step
         counts as :meth:`loop`.
+
+        >>> import remat as rm
+        >>> x = rm.ones(4, requires_grad=True)
+        >>> layers = [lambda h: h * 2.0, lambda h: h.reshape(2, 2), lambda h: h.sum(axis=1)]
+        >>> with rm.Tape(snapshots=1) as tape:
+        ...     out = tape.chain(layers, x)
+        >>> out
+        tensor([4., 4.], op=loop_output)
+        >>> out.sum().backward(); x.grad
+        array([2., 2., 2., 2.])
         """
         try:
             functions = list(functions)
@@ -344,7 +388,9 @@ class Tape(Recorder):
         schedule = self.policy.offline(n, "tape.chain")
         return run_chain(self, chain, state, schedule, max_steps=_online_end(schedule, n))[0]
 
-    def scan(self, f, init, xs):
+    def scan(
+        self, f: Callable[[PyTree, PyTree], tuple[PyTree, PyTree]], init: PyTree, xs: PyTree
+    ) -> tuple[PyTree, PyTree]:
         """``jax.lax.scan``: ``carry, y = f(carry, x)`` for each leading-axis slice x of xs.
 
         Returns ``(carry, ys)`` where ``ys`` stacks the ``y``s along a new
@@ -353,6 +399,15 @@ class Tape(Recorder):
         carry keeps its structure, shapes and dtypes, and may hold no Tensor
         (``init=None`` maps f over xs).  Gradients reach ``xs``
         (gathered in one buffer), ``init`` and the parameters f closes over.
+
+        >>> import remat as rm
+        >>> xs = rm.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> with rm.Tape(snapshots=1) as tape:
+        ...     total, partial = tape.scan(lambda c, x: (c + x, c * x), rm.zeros(()), xs)
+        >>> total, partial
+        (tensor(6., op=loop_output), tensor([0., 2., 9.], op=loop_output))
+        >>> (total + partial.sum()).backward(); xs.grad
+        array([6., 5., 4.])
         """
         if not callable(f):
             raise TypeError(f"tape.scan: f must be callable, got {f!r}")

@@ -24,6 +24,8 @@ again, checking op by op that it evaluates what the first run did.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 from . import backend, guard
 from .executor import (
@@ -42,7 +44,7 @@ from .executor import (
 )
 from .functional import forward_sweep
 from .ops.core import Op
-from .policies import resolve
+from .policies import Policy, resolve
 from .pytree import flatten, unflatten
 from .selective import Reusing, Saving, within
 from .tape import (
@@ -52,6 +54,8 @@ from .tape import (
     STEP,
     BackwardError,
     EscapeError,
+    Record,
+    Recorder,
     StepValue,
     enable_grad,
     next_sequence,
@@ -60,7 +64,10 @@ from .tape import (
 from .tensor import Tensor
 
 
-def checkpoint(f=None, policy=None):
+def checkpoint(
+    f: Callable[..., Any] | None = None,
+    policy: Policy | Callable[[str, str | None], bool] | None = None,
+) -> Callable[..., Any]:
     """``f`` checkpointed: the same function, keeping only its inputs for backward.
 
     Use it as ``rm.checkpoint(f)(x)`` or as a decorator (``@rm.checkpoint``, or
@@ -69,6 +76,18 @@ def checkpoint(f=None, policy=None):
     recomputation reuses instead of evaluating those ops again; None (or
     ``save_nothing``) keeps nothing.  A policy is any callable
     ``policy(op_name, value_name) -> bool``, called positionally.
+
+    >>> import remat as rm
+    >>> @rm.checkpoint
+    ... def block(h):
+    ...     return rm.tanh(h) * 2.0
+    >>> x = rm.tensor([0.0, 1.0], requires_grad=True)
+    >>> with rm.Tape() as tape:
+    ...     y = block(block(x)).sum()
+    >>> [r.op.name for r in tape.records]  # tanh and * are recomputed at backward
+    ['checkpoint', 'loop_output', 'checkpoint', 'loop_output', 'sum']
+    >>> y.backward(); x.grad.round(6)
+    array([4.      , 0.291061])
     """
     chosen = resolve(policy, "rm.checkpoint")
     if f is None:
@@ -124,9 +143,11 @@ class Call:
         "seq",
         "forward",
         "kept",
+        "spliced",
     )
 
     def __init__(self, f, name, tree, arrays, rng, spec, context, forward):
+        self.spliced = None  # the nodes of f's outputs once spliced into a recorded backward
         self.f, self.name, self.tree, self.arrays, self.rng = f, name, tree, arrays, rng
         self.spec = spec  # what f returned: checked when it is recomputed
         self.context = context  # the loop step the call ran inside, if any
@@ -153,18 +174,25 @@ class Call:
             return None
         return Reusing(self.kept, self.name, ReplayError, self.full, self.forward.what_changed)
 
-    def splice(self, nodes):
+    def splice(self, nodes, seq):
         """f evaluated again on its inputs themselves, recorded as ordinary records
         that hang off the inputs' own nodes: for a backward that is itself
         differentiated (rm.grad of rm.grad, rm.hvp), which then reverses them
-        like any other part of the graph.  Returns f's output leaf Tensors."""
+        like any other part of the graph.  The records are numbered just below
+        ``seq`` (the checkpoint's own record), where the computation they
+        recompute stood, so that a later sweep meets them after the checkpoint's
+        record, which hands them its cotangents (see _checkpoint_backward): f's
+        outputs then gather their cotangents in one place, as without
+        checkpointing, and second derivatives agree bit for bit.  Returns f's
+        output leaf Tensors."""
         inputs = [Tensor._from_record(a, node) for a, node in zip(self.arrays, nodes)]
         args, kwargs = unflatten(self.tree, inputs)
         rng = backend.random_state()
         backend.set_random_state(self.rng)
         reusing = self.reusing()
+        recorder = Recorder()  # lists them (and hands them on to an open tape: rm.jvp's)
         try:
-            with enable_grad():
+            with recorder, enable_grad():
                 out = within(reusing, lambda: self.f(*args, **kwargs))
         finally:
             backend.set_random_state(rng)
@@ -172,7 +200,10 @@ class Call:
             reusing.finish()
         out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
         self.check_replay(out_tree, out_arrays)
-        return flatten(out, is_value)[0]
+        outputs = flatten(out, is_value)[0]
+        if number_below(recorder.records, seq):
+            self.spliced = [t.node if isinstance(t, Tensor) else None for t in outputs]
+        return outputs
 
     def check_replay(self, out_tree, out_arrays):
         """Refuse a recomputation that does not give what the first run gave."""
@@ -230,10 +261,37 @@ class Call:
         return (step_tape, records) if keep_records else step_tape
 
 
+def number_below(records, seq):
+    """Give ``records`` (made just now, in order) sequence numbers between ``seq`` and
+    the latest record they read, in the same order; False (and nothing changed)
+    when no such room exists."""
+    own = {id(r) for r in records}
+    read = [
+        p.seq
+        for r in records
+        for p in r.parents or ()
+        if isinstance(p, Record) and id(p) not in own
+    ]
+    low = max([seq - 1, *read])
+    numbers = [low + (seq - low) * (k + 1) / (len(records) + 1) for k in range(len(records))]
+    if not all(low < a < b for a, b in zip(numbers, [*numbers[1:], seq])):
+        return False
+    for record, number in zip(records, numbers):
+        record.seq = number
+    return True
+
+
 def _checkpoint_backward(record, g, sweep):
     call, nodes = record.args[0], record.parents
+    if call.spliced is not None:  # recomputed into a recorded backward: cotangents go there
+        if not sweep.retain_graph:
+            record.release()
+        for node, gk in zip(call.spliced, g.parts):
+            if node and gk is not None:
+                sweep.add(node, gk)
+        return
     if sweep.create_graph:  # differentiated again: splice the recomputation into the graph
-        outputs = call.splice(nodes)
+        outputs = call.splice(nodes, record.seq)
         for t, gk in zip(outputs, g.parts):
             if t.node and gk is not None:
                 sweep.add(t.node, gk)

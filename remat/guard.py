@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 from . import backend
 
-WATCHED = {}
+WATCHED: dict[int, Watch] = {}
 """id(memory owner) -> Watch, for every array handed out that is still alive."""
 
 OLDEST = [-1]
@@ -56,7 +58,7 @@ class Watch:
 _lock = threading.Lock()
 
 
-def expose(array, next_sequence) -> None:
+def expose(array: Any, next_sequence: Callable[[], int]) -> None:
     """Note that the user now holds a writable handle to ``array``'s memory."""
     owner = backend.memory_owner(array)
     watch = WATCHED.get(id(owner))
@@ -69,7 +71,7 @@ def expose(array, next_sequence) -> None:
         OLDEST[0] = max(OLDEST[0], seq)
 
 
-def rebound(next_sequence) -> int:
+def rebound(next_sequence: Callable[[], int]) -> int:
     """Note that a leaf tensor gets a new array now; returns the sequence number."""
     seq = next_sequence()
     with _lock:

@@ -67,6 +67,10 @@ from numbers import Integral
 from . import backend, schedules
 from .executor import ChainRun, Holdings, KeepingRun, Spec, leaves_of
 
+# The public names: what a user of Tape(memory=) may call.  The rest serve
+# remat.budget (measure, plan, run) and are documented for readers of the code.
+__all__ = ["CACHE_SIZE", "clear_plans", "parse_bytes"]
+
 CACHE_SIZE = 32
 BLOCK_LIMIT = 64  # heterogeneous chains longer than this are planned over blocks
 SERVED = (None, "optimal", "revolve", "mixed")  # what Tape(memory=) can plan
@@ -85,13 +89,17 @@ _UNITS = {
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
 
 
-def parse_bytes(value, where="Tape") -> int:
+def parse_bytes(value: int | str, where: str = "Tape") -> int:
     """A budget in bytes: an int, or a string such as ``"512 KiB"``, ``"64 MiB"``, ``"2 GB"``.
 
     Units: ``B``; ``kB``, ``MB``, ``GB``, ``TB`` (powers of 1000); ``KiB``,
     ``MiB``, ``GiB``, ``TiB`` (powers of 1024); case is ignored.  A number
     without a unit is bytes.  A fraction of a byte is dropped (``"1.5 kB"``
     is 1500; ``"0.5 B"`` is refused: a budget is at least one byte).
+
+    >>> from remat.memory import parse_bytes
+    >>> parse_bytes('64 MiB'), parse_bytes('1.5 kB'), parse_bytes(4096)
+    (67108864, 1500, 4096)
     """
     if isinstance(value, bool) or not isinstance(value, (Integral, str)):
         raise TypeError(
@@ -101,7 +109,7 @@ def parse_bytes(value, where="Tape") -> int:
     if isinstance(value, str):
         match = _SIZE.fullmatch(value)
         unit = match and _UNITS.get(match.group(2).lower() or "b")
-        if not unit:
+        if not match or not unit:
             raise ValueError(
                 f"{where}: memory={value!r} is not a size; write a number and a unit, "
                 "e.g. '512 KiB', '64 MiB', '2 GB' (units: B, kB, MB, GB, TB, KiB, MiB, "
@@ -257,7 +265,8 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
         if alike:
             _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
             peak = tape_bytes
-            span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, memory // tape_bytes))
+            fit = memory // tape_bytes if tape_bytes else SPAN  # a step may save nothing
+            span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, fit))
             f_times, r_times, f_one, r_one = [], [], [], []
             for _ in range(repeats):
                 run.current = start
@@ -451,8 +460,22 @@ def fitting_slots(name, costs, memory, snapshots=None, form="Tape"):
 _PLANS: OrderedDict = OrderedDict()
 
 
-def clear_plans():
-    """Forget every cached plan (the next chain under a budget is measured again)."""
+def clear_plans() -> None:
+    """Forget every cached plan (the next chain under a budget is measured again).
+
+    >>> import remat as rm
+    >>> from remat.memory import clear_plans
+    >>> step = lambda h: rm.tanh(h)
+    >>> def run():
+    ...     with rm.Tape(memory='1 MiB') as tape:
+    ...         tape.loop(step, rm.ones(64, requires_grad=True), steps=10)
+    ...     return tape.stats.plan
+    >>> run(), run()
+    ('measured', 'reused')
+    >>> clear_plans()
+    >>> run()
+    'measured'
+    """
     _PLANS.clear()
 
 

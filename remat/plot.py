@@ -18,7 +18,16 @@ Install with ``pip install "remat[plot]"``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
 from . import schedules as S
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from .budget import Tape
 
 
 def _pyplot():
@@ -46,7 +55,7 @@ def _axes(ax, figsize=(8, 4.5)):
     return ax.figure, ax
 
 
-def _timed(schedule, steps=None):
+def _timed(schedule: S.Schedule, steps: int | None = None) -> Iterator[tuple[S.Action, int, int]]:
     """Each action with the time before and after it (one unit per step evaluated,
     reversed or inverted), up to End()."""
     actions = iter(schedule)
@@ -60,19 +69,26 @@ def _timed(schedule, steps=None):
         yield action, time, time + width
         time += width
         if online and isinstance(action, S.Tape) and action.stop == n:
-            actions.finish(n)
+            getattr(actions, "finish")(n)  # an online run learns its length here
         if isinstance(action, S.End):
             return
 
 
-def trace_schedule(schedule, steps=None):
+def trace_schedule(
+    schedule: S.Schedule, steps: int | None = None
+) -> list[tuple[str, int, int, int, int]]:
     """The schedule as drawable segments: a list of (kind, time0, time1, pos0, pos1).
 
     ``time`` counts step evaluations, reversals and inversions, one unit each;
     ``kind`` is advance, tape, reverse, invert, snapshot, restore, disk
     snapshot or disk restore.  Online schedules need ``steps``.
+
+    >>> from remat.schedules import Revolve
+    >>> from remat.plot import trace_schedule
+    >>> trace_schedule(Revolve(steps=3, snapshots=2))[:3]
+    [('snapshot', 0, 0, 0, 0), ('advance', 0, 1, 0, 1), ('snapshot', 1, 1, 1, 1)]
     """
-    segments = []
+    segments: list[tuple[str, int, int, int, int]] = []
     for action, t0, t1 in _timed(schedule, steps):
         kind = type(action).__name__.lower()
         if isinstance(action, (S.Advance, S.Tape)):
@@ -86,10 +102,20 @@ def trace_schedule(schedule, steps=None):
     return segments
 
 
-def slot_spans(schedule, steps=None):
+def slot_spans(
+    schedule: S.Schedule, steps: int | None = None
+) -> list[tuple[str, int, int, int, int]]:
     """What each slot holds and when: a list of (level, slot, step, time0, time1),
-    from the Snapshot that stored ``x_step`` to the Free (or Snapshot) that ended it."""
-    spans, held, time = [], {}, 0
+    from the Snapshot that stored ``x_step`` to the Free (or Snapshot) that ended it.
+
+    >>> from remat.schedules import TwoLevel
+    >>> from remat.plot import slot_spans
+    >>> sorted(span for span in slot_spans(TwoLevel(21, 2, 2, 2, 2)) if span[0] == "disk")
+    [('disk', 0, 0, 0, 67), ('disk', 1, 6, 6, 47)]
+    """
+    spans: list[tuple[str, int, int, int, int]] = []
+    held: dict[tuple[str, int], tuple[int, int]] = {}
+    time = 0
     for action, t0, time in _timed(schedule, steps):
         if isinstance(action, (S.Snapshot, S.Free)):
             key = (action.level, action.slot)
@@ -103,7 +129,7 @@ def slot_spans(schedule, steps=None):
     return spans
 
 
-STYLE = {
+STYLE: dict[str, dict[str, Any]] = {
     "advance": dict(color="tab:blue", lw=1.2),
     "tape": dict(color="tab:green", lw=3),
     "reverse": dict(color="tab:red", lw=3),
@@ -121,8 +147,21 @@ STYLE = {
 }
 
 
-def schedule_diagram(schedule, steps=None, ax=None, title=None):
-    """Draw a schedule: time (step evaluations) across, step index up."""
+def schedule_diagram(
+    schedule: S.Schedule,
+    steps: int | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Draw a schedule: time (step evaluations) across, step index up.
+
+    >>> from remat.schedules import Revolve
+    >>> from remat.plot import schedule_diagram
+    >>> fig = schedule_diagram(Revolve(steps=20, snapshots=3))
+    >>> fig.axes[0].get_title()
+    'Revolve(steps=20, snapshots=3): 65 evaluations, 3 snapshots at most'
+    >>> fig.savefig('revolve.png')  # doctest: +SKIP
+    """
     fig, ax = _axes(ax)
     seen = set()
     for kind, t0, t1, p0, p1 in trace_schedule(schedule, steps):
@@ -134,7 +173,8 @@ def schedule_diagram(schedule, steps=None, ax=None, title=None):
     sim = S.simulate(schedule, steps=steps)
     ax.set_xlabel("time (step evaluations and reversals)")
     ax.set_ylabel("step index")
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    # the y axis has a MaxNLocator, whose set_params takes integer= (Locator's does not)
+    ax.yaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
     disk = sim.writes[S.DISK] + sim.reads[S.DISK]
     counts = f"{sim.forward_steps} evaluations, {sim.peak_snapshots} snapshots at most"
     if disk:  # a second line: the disk I/O
@@ -147,10 +187,20 @@ def schedule_diagram(schedule, steps=None, ax=None, title=None):
     return fig
 
 
-def memory_timeline(tape, ax=None, label=None, color=None):
+def memory_timeline(
+    tape: Tape, ax: Axes | None = None, label: str | None = None, color: Any = None
+) -> Figure:
     """Bytes the tape's loops held, over their step evaluations (needs ``trace=True``).
 
     ``color`` (any matplotlib colour) draws every loop of the tape in it.
+
+    >>> import remat as rm
+    >>> from remat.plot import memory_timeline
+    >>> with rm.Tape(snapshots=3, trace=True) as tape:
+    ...     h = tape.loop(lambda h: rm.tanh(h), rm.ones(100, requires_grad=True), steps=20)
+    >>> h.sum().backward()
+    >>> memory_timeline(tape).axes[0].get_ylabel()
+    'MiB held by the loop'
     """
     fig, ax = _axes(ax)
     for stats in tape.loops:
@@ -165,11 +215,18 @@ def memory_timeline(tape, ax=None, label=None, color=None):
     return fig
 
 
-def budget_curve(steps, budgets, state_bytes=None, ax=None):
+def budget_curve(
+    steps: int, budgets: Iterable[int], state_bytes: int | None = None, ax: Axes | None = None
+) -> Figure:
     """Revolve's forward steps (and memory) against the snapshot budget.
 
     Each point is simulated; the line is the binomial optimum
     ``optimal_forward_steps(steps, s)``, so the two coincide.
+
+    >>> from remat.plot import budget_curve
+    >>> fig = budget_curve(100, range(1, 11), state_bytes=8 * 2**20)
+    >>> len(fig.axes)  # forward steps, and memory on a twin axis
+    2
     """
     fig, ax = _axes(ax)
     budgets = list(budgets)
@@ -191,9 +248,21 @@ def budget_curve(steps, budgets, state_bytes=None, ax=None):
 LANE_COLORS = {S.MEMORY: "tab:blue", S.DISK: "tab:purple"}
 
 
-def storage_lanes(schedule, steps=None, ax=None, labels=True):
+def storage_lanes(
+    schedule: S.Schedule,
+    steps: int | None = None,
+    ax: Axes | None = None,
+    labels: bool = True,
+) -> Figure:
     """One lane per memory slot and per disk slot: a bar for each state a slot holds,
-    from its Snapshot to its Free, marked with the step index when there is room."""
+    from its Snapshot to its Free, marked with the step index when there is room.
+
+    >>> from remat.schedules import TwoLevel
+    >>> from remat.plot import storage_lanes
+    >>> fig = storage_lanes(TwoLevel(21, 2, 2, 2, 2))
+    >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    ['disk 0', 'disk 1', 'memory 0', 'memory 1']
+    """
     fig, ax = _axes(ax, figsize=(8, 2.5))
     spans = slot_spans(schedule, steps)
     lanes = sorted(
@@ -222,8 +291,18 @@ def storage_lanes(schedule, steps=None, ax=None, labels=True):
     return fig
 
 
-def two_level_diagram(schedule, steps=None, figsize=(9, 7)):
-    """The schedule diagram above its storage lanes (memory and disk), one time axis."""
+def two_level_diagram(
+    schedule: S.Schedule, steps: int | None = None, figsize: tuple[float, float] = (9, 7)
+) -> Figure:
+    """The schedule diagram above its storage lanes (memory and disk), one time axis.
+
+    >>> from remat.schedules import TwoLevel
+    >>> from remat.plot import two_level_diagram
+    >>> fig = two_level_diagram(TwoLevel(21, 2, 2, 2, 2))
+    >>> len(fig.axes), fig.axes[1].get_title()
+    (2, 'what each slot holds')
+    >>> fig.savefig('two_level.png')  # doctest: +SKIP
+    """
     plt = _pyplot()
     spans = slot_spans(schedule, steps)
     lanes = len({(level, slot) for level, slot, *_ in spans}) or 1

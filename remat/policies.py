@@ -48,6 +48,9 @@ step is reversed).  ``rm.count_ops()`` shows which ops ran again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .ops import OPS
 from .selective import PolicyError
 
@@ -67,11 +70,22 @@ class Policy:
 
     ``by_name`` says whether it may answer True for a value only once it is
     named (after its op ran); the ones that cannot are cheaper to check.
+
+    >>> import remat as rm
+    >>> big = rm.policies.Policy(lambda op, name: op == "matmul", "matmuls")
+    >>> big("matmul", None), big("tanh", None), big
+    (True, False, matmuls)
     """
 
     __slots__ = ("decide", "text", "by_name", "key")
 
-    def __init__(self, decide, text, by_name=True, key=None):
+    def __init__(
+        self,
+        decide: Callable[[str, str | None], bool],
+        text: str,
+        by_name: bool = True,
+        key: Any = None,
+    ) -> None:
         self.decide = decide
         self.text = text
         self.by_name = by_name
@@ -83,7 +97,7 @@ class Policy:
     def __hash__(self):  # a Tape(memory=)'s plan is cached by its policy
         return hash(self.key)
 
-    def __call__(self, op_name, value_name):
+    def __call__(self, op_name: str, value_name: str | None) -> bool:
         return self.decide(op_name, value_name)
 
     def __repr__(self):
@@ -97,8 +111,14 @@ save_everything = Policy(lambda op_name, value_name: True, "save_everything", by
 """Keep every op's output: the recomputation evaluates no op again."""
 
 
-def save_ops(*op_names):
-    """Keep the outputs of these ops (names from ``rm.OPS``): ``save_ops("matmul", "einsum")``."""
+def save_ops(*op_names: str) -> Policy:
+    """Keep the outputs of these ops (names from ``rm.OPS``): ``save_ops("matmul", "einsum")``.
+
+    >>> import remat as rm
+    >>> keep = rm.policies.save_ops("matmul", "einsum")
+    >>> keep("matmul", None), keep("tanh", None)
+    (True, False)
+    """
     names = _strings("save_ops", op_names)
     unknown = [name for name in names if name not in OPS]
     if unknown:
@@ -114,8 +134,14 @@ def save_ops(*op_names):
     )
 
 
-def save_names(*names):
-    """Keep the values named with ``rm.checkpoint_name(x, name)`` for one of ``names``."""
+def save_names(*names: str) -> Policy:
+    """Keep the values named with ``rm.checkpoint_name(x, name)`` for one of ``names``.
+
+    >>> import remat as rm
+    >>> keep = rm.policies.save_names("q", "k")
+    >>> keep("matmul", "q"), keep("matmul", None)
+    (True, False)
+    """
     chosen = frozenset(_strings("save_names", names))
     return Policy(
         lambda op_name, value_name: value_name in chosen,
@@ -132,8 +158,17 @@ def _strings(where, names):
     return names
 
 
-def resolve(policy, where):
-    """The Policy that ``policy=`` asks for, or None for save_nothing (nothing to keep)."""
+def resolve(policy: Policy | Callable[[str, str | None], bool] | None, where: str) -> Policy | None:
+    """The Policy that ``policy=`` asks for, or None for save_nothing (nothing to keep).
+
+    >>> import remat as rm
+    >>> rm.policies.resolve(None, "Tape"), rm.policies.resolve(rm.policies.save_nothing, "Tape")
+    (None, None)
+    >>> def only_exp(op_name, value_name):
+    ...     return op_name == "exp"
+    >>> rm.policies.resolve(only_exp, "Tape")
+    only_exp
+    """
     if policy is None or policy is save_nothing:
         return None
     if isinstance(policy, Policy):

@@ -39,19 +39,32 @@ from __future__ import annotations
 import weakref
 from collections import Counter
 from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 from . import backend, guard
 from .tape import BackwardError, next_sequence
 
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
 
 class PolicyError(RuntimeError):
-    """A policy raised, or answered something other than a bool, for an op."""
+    """A policy raised, or answered something other than a bool, for an op.
+
+    >>> import remat as rm
+    >>> f = rm.checkpoint(lambda x: rm.exp(x), policy=lambda op, name: "yes")
+    >>> try:
+    ...     f(rm.ones(2, requires_grad=True))
+    ... except rm.policies.PolicyError as error:
+    ...     print(type(error).__name__)
+    PolicyError
+    """
 
 
-OPEN = []
+OPEN: list[Frame] = []
 """Every frame open now, in any thread: the ops' one test (empty: nothing to do)."""
 
-FRAMES = ContextVar("remat_frames", default=())
+FRAMES: ContextVar[tuple[Any, ...]] = ContextVar("remat_frames", default=())
 """The frames open in this thread and context, outermost first."""
 
 
@@ -112,10 +125,10 @@ def evaluate(op, args, kw):
 class Counting(Frame):
     """``rm.count_ops()``: how many times each op's forward kernel ran inside."""
 
-    def __init__(self):
-        self.counts = Counter()
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
 
-    def __enter__(self):
+    def __enter__(self) -> Counter[str]:  # the counts, not the frame
         super().__enter__()
         return self.counts
 
@@ -124,7 +137,7 @@ class Counting(Frame):
             self.counts[op.name] += 1
 
 
-def count_ops():
+def count_ops() -> Counting:
     """A context manager counting op evaluations: ``with rm.count_ops() as counts:``.
 
     ``counts`` is a :class:`collections.Counter`, op name -> how many times
@@ -364,7 +377,7 @@ def _text(operands):
     )
 
 
-def checkpoint_name(x, name):
+def checkpoint_name(x: Tensor, name: str) -> Tensor:
     """``x`` itself, named ``name`` for the policies (:func:`remat.policies.save_names`).
 
     Inside the first run of a checkpointed function (or step) whose policy

@@ -31,7 +31,13 @@ from . import backend
 
 
 class DiskError(OSError):
-    """A disk snapshot could not be written or read back (its folder is named)."""
+    """A disk snapshot could not be written or read back (its folder is named).
+
+    >>> import errno, remat as rm
+    >>> error = rm.DiskError(errno.ENOSPC, "remat: cannot write ... the disk is full", "/scratch")
+    >>> isinstance(error, OSError), error.errno == errno.ENOSPC, error.filename
+    (True, True, '/scratch')
+    """
 
 
 def _remove_folder(folder):

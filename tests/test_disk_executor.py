@@ -338,3 +338,21 @@ def test_any_two_level_plan_runs_exactly_and_cleans_up(n, s, d, wc, rc):
         assert np.array_equal(a, b)
     writes, reads = simulate_disk(plan)
     assert (tape.stats.disk_writes, tape.stats.disk_reads) == (writes, reads)
+
+
+def test_second_order_through_a_disk_loop_equals_store_all(tmp_path):
+    w = rm.tensor(W)
+    plan = cheap_disk(20, 1, 3)
+
+    def f(h, **tape_kwargs):
+        with rm.Tape(**tape_kwargs) as tape:
+            out = tape.loop(lambda x: rm.tanh(x @ w) + 0.5 * x, h, steps=20)
+        return (out**3).sum()
+
+    h = np.linspace(-1, 1, 12).reshape(2, 6)
+    v = np.cos(np.arange(12.0)).reshape(2, 6)
+    expected = rm.hvp(lambda x: f(x), (h,), (v,))
+    got = rm.hvp(lambda x: f(x, schedule=plan, disk_dir=tmp_path), (h,), (v,))
+    for a, b in zip(np.atleast_1d(got), np.atleast_1d(expected)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert os.listdir(tmp_path) == []

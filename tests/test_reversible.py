@@ -193,3 +193,33 @@ def test_a_single_step_needs_no_inverse_call():
     with rm.Tape() as tape:
         tape.loop(lambda v: v * 2.0, x, steps=1, inverse=inverse).sum().backward()
     assert calls == [] and np.array_equal(x.grad, 2.0 * np.ones(3))
+
+
+def test_second_order_through_a_reversible_loop_is_refused_clearly():
+    w1, w2 = rm.tensor(W1), rm.tensor(W2)
+    step, inv = revnet(w1, w2)
+
+    def f(a):
+        with rm.Tape() as tape:
+            a_n, b_n = tape.loop(step, (a, a * 0.5), steps=6, inverse=inv)
+        return (a_n * a_n).sum() + (b_n**3).sum()
+
+    a = np.linspace(-1, 1, 16).reshape(2, 8)
+    with pytest.raises(NotImplementedError, match="reversible loop"):
+        rm.hvp(f, (a,), (np.ones_like(a),))
+
+
+def test_forward_mode_through_a_reversible_loop_matches_store_all():
+    w1, w2 = rm.tensor(W1), rm.tensor(W2)
+    step, inv = revnet(w1, w2)
+
+    def f(a, inverse):
+        with rm.Tape() as tape:
+            a_n, b_n = tape.loop(step, (a, a * 0.5), steps=6, inverse=inverse)
+        return (a_n * a_n).sum() + (b_n**3).sum()
+
+    a = np.linspace(-1, 1, 16).reshape(2, 8)
+    t = np.cos(np.arange(16.0)).reshape(2, 8)
+    _, expected = rm.jvp(lambda x: f(x, None), (a,), (t,))
+    _, got = rm.jvp(lambda x: f(x, inv), (a,), (t,))
+    np.testing.assert_allclose(got, expected, rtol=1e-12)

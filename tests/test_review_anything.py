@@ -134,10 +134,6 @@ def test_hvp_of_checkpoint_closing_over_the_differentiated_value():
 
 # rm.grad(rm.grad(f)) through rm.checkpoint (closed-over w): differs from the plain program in
 # the last bits (~7e-15), README promises bit for bit; severity: silent wrong gradient (ulps).
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: second order through rm.checkpoint agrees to rounding (1e-14), not bit for bit: the spliced recomputation adds cotangents in another order",  # noqa: E501
-)
 def test_grad_of_grad_through_checkpoint_is_bit_for_bit():
     x = rm.tensor(X0)
 

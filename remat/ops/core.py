@@ -33,7 +33,9 @@ give the kept output instead of running it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import product
+from typing import TYPE_CHECKING, Any
 
 from .. import backend
 from ..guard import WATCHED, checks
@@ -41,14 +43,25 @@ from ..selective import OPEN, evaluate
 from ..tape import GRAD_ENABLED, STEP, Record, check_step_value
 from ..tensor import Tensor, holds_tensors
 
+if TYPE_CHECKING:
+    from ..typing import TensorLike
+
 xp = backend.xp
 
-OPS = {}
+OPS: dict[str, Op] = {}
 """name -> Op: every differentiable primitive, in one table."""
 
 
 class ShapeError(ValueError):
-    """An op was given arrays whose shapes do not fit together."""
+    """An op was given arrays whose shapes do not fit together.
+
+    >>> import remat as rm
+    >>> try:
+    ...     rm.ones(2) + rm.ones(3)
+    ... except rm.ShapeError as error:
+    ...     print(str(error).split(":")[0:2])
+    ['add', ' cannot combine operands of shapes (2,) and (3,)']
+    """
 
 
 class Op:
@@ -127,7 +140,7 @@ class Variadic:
         return lambda ns, g, ans, *args, **kw: rule(i, ns, g, ans, *args, **kw)
 
 
-def as_tensor(value):
+def as_tensor(value: TensorLike) -> Tensor:
     """A Tensor for any operand: Tensors pass through, arrays and lists are copied,
     and a (nested) list holding Tensors is stacked, so that their gradients flow."""
     if isinstance(value, Tensor):
@@ -139,7 +152,7 @@ def as_tensor(value):
     return Tensor._wrap(backend.asarray(value))
 
 
-def constant_of(where, value):
+def constant_of(where: str, value: Any) -> Any:
     """The array of a Tensor given where a constant goes (a clip bound, a random
     parameter); a value escaping a loop step is refused there as anywhere."""
     if isinstance(value, (list, tuple)) and holds_tensors(value):
@@ -161,11 +174,11 @@ def _guard(record):
     record.checks = checks(record.args)
 
 
-SHAPE_RULES = {}
+SHAPE_RULES: dict[str, Callable[..., str]] = {}
 """op name -> f(*operands) explaining, for a human, why their shapes do not fit."""
 
 
-def check_axis(op_name, axis, ndim):
+def check_axis(op_name: str, axis: int, ndim: int) -> int:
     """``axis`` as an index in [0, ndim), or a ShapeError naming the op (as NumPy would)."""
     if not -ndim <= axis < ndim:
         raise ShapeError(f"{op_name}: axis {axis} is out of bounds for {ndim} axes")
@@ -234,13 +247,13 @@ def unary(op, x, **kw):
 # falsy otherwise (None, or a loop step's StepValue marker).
 
 
-def make_unary(op, doc=None):
+def make_unary(op: Op, doc: str | None = None) -> Callable[[TensorLike], Tensor]:
     """The public function for a one-input primitive: ``f(x) -> Tensor``."""
     forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
     grad_enabled, step = GRAD_ENABLED.get, STEP.get
     (keep_x,), keep_ans = op.keep[(True,)]
 
-    def f(x):
+    def f(x: TensorLike) -> Tensor:
         if type(x) is not Tensor:
             x = as_tensor(x)
         data = x._data
@@ -271,14 +284,14 @@ def make_unary(op, doc=None):
     return f
 
 
-def make_binary(op, doc=None):
+def make_binary(op: Op, doc: str | None = None) -> Callable[[TensorLike, TensorLike], Tensor]:
     """The public function for a two-input primitive; either input may be a Python scalar."""
     forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
     grad_enabled, step = GRAD_ENABLED.get, STEP.get
     scalars = (int, float)
     keep_both, keep_first, keep_second = (op.keep[m] for m in ((1, 1), (1, 0), (0, 1)))
 
-    def f(a, b):
+    def f(a: TensorLike, b: TensorLike) -> Tensor:
         if type(a) is Tensor:
             da, na = a._data, a.node
         elif isinstance(a, scalars):

@@ -42,6 +42,7 @@ from .actions import (
     Invert,
     Restore,
     Reverse,
+    Schedule,
     Snapshot,
     Tape,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "Reverse",
     "Reversible",
     "Revolve",
+    "Schedule",
     "ScheduleError",
     "Simulation",
     "Snapshot",

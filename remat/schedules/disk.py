@@ -107,8 +107,9 @@ equal to the one below ends the table: more disk slots would not be used).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from numbers import Real
+from typing import Any, cast
 
 from .actions import (
     DISK,
@@ -131,9 +132,10 @@ PRUNE_FROM = 96  # kinks from which pruning them beats trying them all (measured
 
 def require_cost(owner: str, name: str, value: object) -> float:
     """A finite real number >= 0 (a write or read cost), else a ValueError."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < INF:
+    cost = cast(float, value)  # the stubs give numbers.Real no comparisons; a Real has them
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= cost < INF:
         raise ValueError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
-    return value
+    return cost
 
 
 def _memory_table(n_max: int, s: int) -> list:
@@ -237,7 +239,7 @@ class _HullBounds:
 class _Tables:
     """The optimal costs (and splits) of every chain up to ``n_max`` steps."""
 
-    def __init__(self, n_max: int, s: int, write_cost, read_cost) -> None:
+    def __init__(self, n_max: int, s: int, write_cost: float, read_cost: float) -> None:
         self.n_max, self.s, self.wc, self.rc = n_max, s, write_cost, read_cost
         self.M = _memory_table(n_max, s)
 
@@ -255,7 +257,8 @@ class _Tables:
         # Right part in memory: M is convex, so of two split points the later
         # one, once at least as good, stays so as n grows (the cost matrix is
         # Monge).  `queue` keeps each useful split with the first n it wins.
-        queue, head = [], 0
+        queue: list[tuple[int, int]] = []
+        head = 0
         right_kinks = [] if right is None else _convex_kinks(right, n_max + 1)
         bounds = None
         if right is not None and all(v < INF for v in right[1:]):
@@ -368,7 +371,8 @@ class _Tables:
         Stops early when a level equals the one below: then every higher one
         does too (the recurrence is the same).
         """
-        Ps, splits = [None], [None]
+        Ps: list[list | None] = [None]
+        splits: list[list | None] = [None]
         for m in range(1, d + 1):
             P, split = self._level(Ps[-1])
             if m >= 2 and P == Ps[-1]:
@@ -380,7 +384,7 @@ class _Tables:
             splits.append(splits[-1])
         return Ps, splits
 
-    def fitting_unbounded(self, d: int):
+    def fitting_unbounded(self, d: int) -> tuple[list, list, list, list] | None:
         """Disk-Revolve's tables ``(D1, split1, Dinf, split)`` if its plan for ``n_max``
         steps needs at most ``d`` disk slots, else None.
 
@@ -417,7 +421,8 @@ class _Tables:
             ):
                 longest = j
         c_kinks = [b for b in _convex_kinks(C, n_max + 1) if b < longest]
-        D, split, d_kinks = [0, 0], [0, 0], []
+        D, split = [0, 0], [0, 0]
+        d_kinks: list[int] = []
         for n in range(2, n_max + 1):
             best, arg = M[n], 0
             top = min(longest, n - 1)  # segments of 1 .. top steps
@@ -452,23 +457,33 @@ def _check(owner, steps, snapshots, write_cost, read_cost):
     return n, s, wc, rc
 
 
-def disk_revolve_cost(steps: int, snapshots: int, write_cost, read_cost):
+def disk_revolve_cost(steps: int, snapshots: int, write_cost: float, read_cost: float) -> float:
     """Optimal extra cost with ``snapshots`` memory slots and an unbounded disk.
 
     ``advances + write_cost * disk writes + read_cost * disk reads`` of
     :class:`DiskRevolve` (Aupy et al. 2016's ``Opt_inf(steps - 1, snapshots)``
     with ``uf = 1, ub = 0``).
+
+    >>> from remat.schedules import disk_revolve_cost
+    >>> disk_revolve_cost(30, 2, write_cost=2, read_cost=2)
+    80
     """
     n, s, wc, rc = _check("disk_revolve_cost", steps, snapshots, write_cost, read_cost)
     return _Tables(n, s, wc, rc).unbounded()[2][n]
 
 
-def two_level_cost(steps: int, snapshots: int, disk_snapshots: int, write_cost, read_cost):
+def two_level_cost(
+    steps: int, snapshots: int, disk_snapshots: int, write_cost: float, read_cost: float
+) -> float:
     """Optimal extra cost with ``snapshots`` memory and ``disk_snapshots`` disk slots.
 
     ``advances + write_cost * disk writes + read_cost * disk reads`` of
     :class:`TwoLevel` (Herrmann and Pallez 2020's optimum for two levels);
     with ``disk_snapshots = 0`` it is Revolve's ``E(n, s)``.
+
+    >>> from remat.schedules import two_level_cost
+    >>> two_level_cost(30, 2, 0, 2, 2), two_level_cost(30, 2, 3, 2, 2)
+    (126, 81)
     """
     n, s, d, wc, rc = _check_two(
         "two_level_cost", steps, snapshots, disk_snapshots, write_cost, read_cost
@@ -517,7 +532,7 @@ class _Generator:
             if type(action) is not EndForward:
                 yield action
 
-    def run(self, expand, root) -> Iterator[Action]:
+    def run(self, expand: Callable[[Any], Sequence[Any]], root: Any) -> Iterator[Action]:
         """Depth-first: ``expand(task)`` returns the parts of a task, in order."""
         stack = [root]
         while stack:
@@ -544,24 +559,37 @@ class DiskRevolve:
     read_cost)``, and ``x0_level`` says where ``x_0`` is stored.  Disk slots
     are numbered from 0 (``x_0``'s) by depth; ``disk_snapshots`` is ``None``
     (unbounded).
+
+    >>> from remat.schedules import DiskRevolve, simulate
+    >>> plan = DiskRevolve(steps=30, snapshots=2, write_cost=2, read_cost=2)
+    >>> r = simulate(plan)
+    >>> plan.cost, r.writes, r.reads
+    (80, {'memory': 12, 'disk': 4}, {'memory': 25, 'disk': 4})
     """
 
     disk_snapshots = None
 
-    def __init__(self, steps: int, snapshots: int, write_cost, read_cost) -> None:
+    def __init__(self, steps: int, snapshots: int, write_cost: float, read_cost: float) -> None:
         self.steps, self.snapshots, self.write_cost, self.read_cost = _check(
             "DiskRevolve", steps, snapshots, write_cost, read_cost
         )
         tables = _Tables(self.steps, self.snapshots, self.write_cost, self.read_cost)
         self._take(tables.unbounded())
 
-    def _take(self, found) -> None:
+    def _take(self, found: tuple[list, list, list, list]) -> None:
         _, self._split1, costs, self._split = found
         self.cost = costs[self.steps]
         self.x0_level = None if self.steps == 1 else DISK if self._split[self.steps] else MEMORY
 
     @classmethod
-    def _from_tables(cls, steps, snapshots, write_cost, read_cost, found) -> DiskRevolve:
+    def _from_tables(
+        cls,
+        steps: int,
+        snapshots: int,
+        write_cost: float,
+        read_cost: float,
+        found: tuple[list, list, list, list],
+    ) -> DiskRevolve:
         plan = cls.__new__(cls)
         plan.steps, plan.snapshots = steps, snapshots
         plan.write_cost, plan.read_cost = write_cost, read_cost
@@ -620,10 +648,20 @@ class TwoLevel:
     :class:`DiskRevolve`'s plan (an unbounded disk) needs no more slots than
     it has: then that plan is optimal here too, and it is the schedule (its
     slots numbered by depth), without a table per disk slot.
+
+    >>> from remat.schedules import TwoLevel, simulate
+    >>> plan = TwoLevel(30, snapshots=2, disk_snapshots=3, write_cost=2, read_cost=2)
+    >>> plan.cost, simulate(plan).peak_disk_snapshots
+    (81, 3)
     """
 
     def __init__(
-        self, steps: int, snapshots: int, disk_snapshots: int, write_cost, read_cost
+        self,
+        steps: int,
+        snapshots: int,
+        disk_snapshots: int,
+        write_cost: float,
+        read_cost: float,
     ) -> None:
         n, s, d, wc, rc = _check_two(
             "TwoLevel", steps, snapshots, disk_snapshots, write_cost, read_cost
@@ -633,11 +671,14 @@ class TwoLevel:
         tables = _Tables(n, s, wc, rc)
         self._M = tables.M
         found = tables.fitting_unbounded(d) if d >= SHORTCUT_FROM else None
-        self._unbounded = found and DiskRevolve._from_tables(n, s, wc, rc, found)
-        if self._unbounded:  # Disk-Revolve's plan fits in the disk slots: it is optimal
+        self._unbounded = None if found is None else DiskRevolve._from_tables(n, s, wc, rc, found)
+        self._P: list = [None]
+        self._split: list = [None]
+        if self._unbounded is not None:  # Disk-Revolve's plan fits in the disk slots: optimal
             self.cost, self.x0_level = self._unbounded.cost, self._unbounded.x0_level
             return
-        self._P, self._split = tables.two_level(d) if d else ([None], [None])
+        if d:
+            self._P, self._split = tables.two_level(d)
         self.cost = self._M[n] if d == 0 else min(self._M[n], wc + self._P[d][n])
         self.x0_level = None if n == 1 else MEMORY if self._on_memory(n, d) else DISK
 

@@ -68,12 +68,13 @@ search (store all).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
 from itertools import repeat
 from math import ceil, gcd
 from numbers import Integral, Real
 from operator import add
+from typing import Any, TypeVar
 
 from .actions import Action, Free, Snapshot
 from .costs import ChainCosts
@@ -81,6 +82,7 @@ from .simulate import simulate
 from .splits import split_actions
 
 _INF = float("inf")
+T = TypeVar("T")
 _MAX_LEVELS = 1 << 14  # a budget lost to rounding is planned again with up to this many
 
 
@@ -93,9 +95,15 @@ class Optimal:
     plan's time and peak under the model of :mod:`.costs` (what
     :func:`.simulate` reports for it), ``snapshots`` the most slots it uses at
     once, and ``exact`` whether no size had to be rounded.
+
+    >>> from remat.schedules import ChainCosts, Optimal, simulate
+    >>> costs = ChainCosts.uniform(20, 1.0, 2.0, 100, 300)
+    >>> plan = Optimal(costs, memory=1500)
+    >>> plan.predicted_peak_bytes <= 1500, plan.predicted_time, simulate(plan, costs=costs).time
+    (True, 57.0, 57.0)
     """
 
-    def __init__(self, costs: ChainCosts, memory, levels: int = 128) -> None:
+    def __init__(self, costs: ChainCosts, memory: float, levels: int = 128) -> None:
         if not isinstance(costs, ChainCosts):
             raise ValueError(f"Optimal: costs must be a ChainCosts, got {costs!r}")
         if isinstance(memory, bool) or not isinstance(memory, Real) or not memory >= 0:
@@ -103,9 +111,9 @@ class Optimal:
         if isinstance(levels, bool) or not isinstance(levels, Integral) or levels < 1:
             raise ValueError(f"Optimal: levels must be an integer >= 1, got {levels!r}")
         self.costs = costs
-        self.memory = memory
-        self.steps = costs.steps
-        self._plan = None  # None: store all
+        self.memory: float = memory
+        self.steps: int = costs.steps
+        self._plan: _Plan | _UniformPlan | None = None  # None: store all
         if sum(costs.tape_bytes) > memory:
             need = minimum_bytes(costs)
             if memory < need:
@@ -115,7 +123,7 @@ class Optimal:
                 )
             levels = int(levels)
             limit = max(levels, _MAX_LEVELS)
-            kind = _UniformPlan if _uniform(costs) else _Plan
+            kind: type[_Plan] | type[_UniformPlan] = _UniformPlan if _uniform(costs) else _Plan
             while True:
                 plan = kind(costs, memory, levels)
                 if plan.feasible or plan.exact or levels >= limit:
@@ -135,7 +143,8 @@ class Optimal:
             self._plan = plan
         self.levels = levels
         self.exact = self._plan is None or self._plan.exact
-        self._choices = {}  # (a, b, level) -> first move, for the segments the plan visits
+        # (a, b, level) -> first move, for the segments the plan visits
+        self._choices: dict[tuple[int, int, int], int] = {}
         self.snapshots = _peak_slots(self._actions(self._record))
         if self._plan is not None:
             self._plan.release()  # the table is O(n^2 levels); the choices are all it needs
@@ -149,13 +158,14 @@ class Optimal:
     def __iter__(self) -> Iterator[Action]:
         return self._actions(self._replay)
 
-    def _actions(self, choose) -> Iterator[Action]:
+    def _actions(self, choose: Callable[[int, int, int], int]) -> Iterator[Action]:
         plan = self._plan
         if plan is None:
             return split_actions(self.steps, 0, _tape, _same, _same)
         return split_actions(self.steps, plan.budget, choose, plan.after_tape, plan.after_store)
 
     def _record(self, a: int, b: int, level: int) -> int:
+        assert self._plan is not None  # _actions calls it only for a plan
         move = self._choices[a, b, level] = self._plan.choose(a, b, level)
         return move
 
@@ -163,15 +173,15 @@ class Optimal:
         return self._choices[a, b, level]
 
 
-def _tape(a: int, b: int, budget) -> int:
+def _tape(a: int, b: int, budget: object) -> int:
     return a
 
 
-def _same(a: int, budget):
+def _same(a: int, budget: T) -> T:
     return budget
 
 
-def _peak_slots(actions) -> int:
+def _peak_slots(actions: Iterable[Action]) -> int:
     used = peak = 0
     for action in actions:
         kind = type(action)
@@ -183,7 +193,7 @@ def _peak_slots(actions) -> int:
     return peak
 
 
-def minimum_bytes(costs: ChainCosts):
+def minimum_bytes(costs: ChainCosts) -> float:
     """The least peak, in bytes, of any schedule in Optimal's class for ``costs``.
 
     The same recursion as the time, minimising the peak instead:
@@ -195,30 +205,34 @@ def minimum_bytes(costs: ChainCosts):
     holds no more), so in ``max(s + P[L - i], P[i])`` the first term falls and
     the second grows with ``i`` and the best split is found by bisection:
     ``O(n log n)``.
+
+    >>> from remat.schedules import ChainCosts, minimum_bytes
+    >>> minimum_bytes(ChainCosts.uniform(20, 1.0, 2.0, 100, 300))
+    400
     """
     n = costs.steps
     s, t = costs.state_bytes, costs.tape_bytes
     if _uniform(costs):  # P depends on the length only: P[L]
-        P = [0, t[0]]
+        P: list[float] = [0, t[0]]
         for length in range(2, n + 1):
             j = _crossing(1, length - 1, lambda j: s[0] + P[length - j] > P[j])
             candidates = (max(s[0] + P[length - i], P[i]) for i in (j - 1, j) if 0 < i < length)
             P.append(min(t[0] + P[length - 1], *candidates))
         return P[n]
-    P = [[0] * (n + 1) for _ in range(n + 1)]  # P[a][b]; P[b][b] = 0
-    ends = [[0] * (n + 1) for _ in range(n + 1)]  # ends[b][j] = P[j][b], for slices over j
+    table: list[list[float]] = [[0] * (n + 1) for _ in range(n + 1)]  # P(a, b); P(b, b) = 0
+    ends: list[list[float]] = [[0] * (n + 1) for _ in range(n + 1)]  # ends[b][j] = P(j, b)
     for length in range(1, n + 1):
         for a in range(0, n - length + 1):
             b = a + length
-            best = t[a] + P[a + 1][b]
+            best = t[a] + table[a + 1][b]
             if length > 1:
-                splits = map(max, map(add, repeat(s[a]), ends[b][a + 1 : b]), P[a][a + 1 : b])
+                splits = map(max, map(add, repeat(s[a]), ends[b][a + 1 : b]), table[a][a + 1 : b])
                 best = min(best, min(splits))
-            P[a][b] = ends[b][a] = best
-    return P[0][n]
+            table[a][b] = ends[b][a] = best
+    return table[0][n]
 
 
-def _crossing(lo: int, hi: int, before) -> int:
+def _crossing(lo: int, hi: int, before: Callable[[int], bool]) -> int:
     """The first ``j`` in ``[lo, hi]`` where ``before(j)`` is false (``hi`` if none), by bisection.
 
     ``before`` must hold on a prefix of the range: "the falling term is still
@@ -236,7 +250,7 @@ def _crossing(lo: int, hi: int, before) -> int:
 class _Plan:
     """The dynamic programme's table over integer memory levels, and the choices it implies."""
 
-    def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
+    def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
         n = costs.steps
         self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget, self.su, self.tu = budget, su, tu
@@ -246,7 +260,7 @@ class _Plan:
         self.tp = tp = _prefix(tu)
         K = budget
         # D[a][b]: times for levels 0..K; lo[a][b]: the first feasible level (K + 1: none)
-        D = [[None] * (n + 1) for _ in range(n)]
+        D: list[list[Any]] = [[None] * (n + 1) for _ in range(n)]
         lo = [[K + 1] * (n + 1) for _ in range(n + 1)]
         for b in range(n + 1):
             lo[b][b] = 0
@@ -297,7 +311,7 @@ class _Plan:
 
     def release(self) -> None:
         """Drop the table once the plan's choices are recorded."""
-        self.D = self.lo = None
+        self.D, self.lo = [], []  # a choose() after this fails loudly (IndexError)
 
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.tu[a]
@@ -324,6 +338,7 @@ class _Plan:
                     return j
                 if value < best:
                     best, choice = value, j
+        assert choice is not None  # the level is feasible, so some move reaches it
         return choice
 
 
@@ -337,7 +352,7 @@ class _UniformPlan:
     taped once), so splits are only tried while that bound beats the best so far.
     """
 
-    def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
+    def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
         n = costs.steps
         self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget = K = budget
@@ -386,7 +401,7 @@ class _UniformPlan:
 
     def release(self) -> None:
         """Drop the table once the plan's choices are recorded."""
-        self.cols = self.adv = None
+        self.cols, self.adv = [], []  # a choose() after this fails loudly (IndexError)
 
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.t
@@ -413,6 +428,7 @@ class _UniformPlan:
                     return a + i
                 if value < best:
                     best, choice = value, a + i
+        assert choice is not None  # the level is feasible, so some move reaches it
         return choice
 
 
@@ -430,7 +446,7 @@ def _uniform(costs: ChainCosts) -> bool:
     )
 
 
-def _units(costs: ChainCosts, memory, levels: int):
+def _units(costs: ChainCosts, memory: float, levels: int) -> tuple[bool, int, list[int], list[int]]:
     """``(exact, budget, state units, tape units)``: the sizes on the programme's levels.
 
     Exact when every size is an integer and their gcd ``g`` gives at most
@@ -452,8 +468,9 @@ def _units(costs: ChainCosts, memory, levels: int):
     return not any(sizes), levels, su, tu  # all sizes zero: nothing was rounded
 
 
-def _prefix(values) -> list:
-    total, out = 0, [0]
+def _prefix(values: Iterable[Any]) -> list[Any]:  # of ints (sizes) or floats (times)
+    total: Any = 0
+    out = [total]
     for v in values:
         total = total + v
         out.append(total)

@@ -63,6 +63,12 @@ class Reversible:
     ``forward_steps = 2n`` (``n`` in the forward sweep, one extra for the
     check of the inverse at ``x_0``, and ``n - 1`` taped again in the reverse
     sweep); ``inversions = n`` (the check's included).  The executor needs the loop's ``inverse``.
+
+    >>> from remat.schedules import Reversible, simulate
+    >>> plan = Reversible(100, snapshots=5)
+    >>> sim = simulate(plan)
+    >>> plan.anchors, sim.forward_steps, sim.inversions, sim.peak_snapshots, sim.peak_tapes
+    ((0, 24, 49, 74), 200, 100, 5, 1)
     """
 
     reconstructs = True  # the states it tapes from are recomputed by the inverse
