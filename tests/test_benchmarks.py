@@ -34,6 +34,12 @@ HEADERS = {
         "| width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
         "| width | budget MiB | optimal s | revolve slots | revolve s |",
     ],
+    "overheads": [
+        "| contender | ms (fwd+bwd) | vs unrolled | us per step beyond |",
+        "| schedule | forward_steps | ms | refined prediction ms | measured / refined |",
+        "| revolve of | actions | actions per step |",
+        "| contender | us (10 steps) | vs hand-written fwd+bwd |",
+    ],
     "disk": [
         "| n | schedule | plan seconds | cost |",
         "| tape | step evaluations | seconds (median) | / revolve |",
