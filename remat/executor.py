@@ -993,7 +993,7 @@ class ChainRun:
         found = guard.checks(arrays) if guard.WATCHED else None
         self.slots[key] = (action.step, arrays, rng, found, next_sequence())
         self.held.hold(arrays)
-        in_memory = sum(1 for level, _ in self.slots if level == schedules.MEMORY)
+        in_memory = len(self.slots) - (len(self.disk.files) if self.disk is not None else 0)
         self.stats.peak_snapshots = max(self.stats.peak_snapshots, in_memory)
 
     def restore(self, action):
