@@ -527,7 +527,7 @@ def test_uniform_chains_take_the_length_only_programme_with_the_same_result(
     assert general.feasible == uniform.feasible
     if general.feasible:
         k = general.budget
-        assert general.D[0][n][k] == uniform.cols[k][n]
+        assert general.table.value(0, n, k) == uniform.table.value(n, k)
     plan = Optimal(costs, memory, levels)
     assert isinstance(plan._plan, (_UniformPlan, type(None)))
     result = check(plan, costs)

@@ -2,7 +2,10 @@
 
 A schedule reverses a loop ``x_0 -> x_1 -> ... -> x_n`` with a budget of slots
 for stored states, as a stream of actions (:mod:`.actions`) that the loop
-executor carries out.  Pure Python: no array library is imported here.
+executor carries out.  Schedules are pure data: they hold no arrays and never
+touch the backend.  The one exception to "pure Python" is arithmetic:
+:class:`Optimal` builds its tables with NumPy on the CPU through
+:mod:`remat.planning`, which imports nothing of remat.
 
 * :class:`StoreAll` - tape everything: ``n`` evaluations, ``n`` tapes.
 * :class:`Periodic`, :class:`Sqrt` - store every ``k``-th state, re-tape one

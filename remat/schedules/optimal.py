@@ -52,29 +52,30 @@ between the true minimum and the rounded one is planned again with more
 levels (enough for a unit of a third of the slack, at least twice as many,
 at most 2**14).
 
-Cost of planning.  ``O(n^3 levels / 6)`` additions and ``O(n^2 levels)``
-memory for a heterogeneous chain: on this 2-core machine, about 0.9 s for
-``n = 100`` at 128 levels, 8 s for ``n = 200``; the cubic term is the search
-over every split of every segment, which vectorising over levels does not
-remove (``n = 1000`` would take of the order of 15 minutes).  When all steps
-are alike (``tape.loop``), segments differ only by their length and the
-programme is ``O(n^2 levels / 2)``: about 2.7 s for ``n = 1000`` at 128
-levels.  Splits that cannot beat the best time found so far (a split that
-advances over ``F`` seconds of steps costs at least ``F`` plus every step's
-``reverse_time``) are skipped.  A budget that fits every tape at once needs no
-search (store all).
+Cost of planning.  ``O(n^3 levels / 6)`` additions and minima and
+``2 (n+1)^2 (levels+1)`` floats of memory for a heterogeneous chain; the
+arithmetic is NumPy's (:mod:`remat.planning`: one expression over every
+start, split and level of a segment length, so Python loops ``n`` times),
+while this module keeps the recursion, the rounding and the actions.  On
+this 2-core machine, at 128 levels: about 0.1 s for ``n = 100``, 0.6-0.9 s
+for ``n = 200``, 1.5-2 s for ``n = 250`` (1 GB of tables and about a minute
+for ``n = 1000``: the cubic term is the search over every split of every
+segment, which no vectorising removes; :mod:`remat.memory` plans long chains
+over blocks).  Levels from a segment's store-all threshold on are filled in
+without a search.  When all steps are alike (``tape.loop``), segments differ
+only by their length and the programme is ``O(n^2 levels / 2)``: 0.07-0.1 s
+for ``n = 1000``, 4-8 s for ``n = 10000``.  A budget that fits every tape at
+once needs no search (store all).
 """
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterator
 from fractions import Fraction
-from itertools import repeat
 from math import ceil, gcd
 from numbers import Integral, Real
-from operator import add
 
+from ..planning import LengthTable, SplitTable, least_peaks
 from .actions import Action, Free, Snapshot
 from .costs import ChainCosts
 from .simulate import simulate
@@ -205,17 +206,9 @@ def minimum_bytes(costs: ChainCosts):
             candidates = (max(s[0] + P[length - i], P[i]) for i in (j - 1, j) if 0 < i < length)
             P.append(min(t[0] + P[length - 1], *candidates))
         return P[n]
-    P = [[0] * (n + 1) for _ in range(n + 1)]  # P[a][b]; P[b][b] = 0
-    ends = [[0] * (n + 1) for _ in range(n + 1)]  # ends[b][j] = P[j][b], for slices over j
-    for length in range(1, n + 1):
-        for a in range(0, n - length + 1):
-            b = a + length
-            best = t[a] + P[a + 1][b]
-            if length > 1:
-                splits = map(max, map(add, repeat(s[a]), ends[b][a + 1 : b]), P[a][a + 1 : b])
-                best = min(best, min(splits))
-            P[a][b] = ends[b][a] = best
-    return P[0][n]
+    peak = least_peaks(s, t)  # every split tried, by NumPy: O(n^3 / 6)
+    exact = all(isinstance(x, Integral) for x in (*s, *t))
+    return int(peak) if exact else peak
 
 
 def _crossing(lo: int, hi: int, before) -> int:
@@ -234,70 +227,18 @@ def _crossing(lo: int, hi: int, before) -> int:
 
 
 class _Plan:
-    """The dynamic programme's table over integer memory levels, and the choices it implies."""
+    """The dynamic programme's table over integer memory levels (built by
+    :class:`remat.planning.SplitTable`), and the choices it implies."""
 
     def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
-        n = costs.steps
         self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget, self.su, self.tu = budget, su, tu
-        self.r = r = costs.reverse_time
-        self.fp = fp = _prefix(costs.forward_time)
-        rp = _prefix(costs.reverse_time)
-        self.tp = tp = _prefix(tu)
-        K = budget
-        # D[a][b]: times for levels 0..K; lo[a][b]: the first feasible level (K + 1: none)
-        D = [[None] * (n + 1) for _ in range(n)]
-        lo = [[K + 1] * (n + 1) for _ in range(n + 1)]
-        for b in range(n + 1):
-            lo[b][b] = 0
-        for length in range(1, n + 1):
-            for a in range(n - length + 1):
-                b = a + length
-                hi = min(K + 1, tp[b] - tp[a])  # from level tp[b] - tp[a] on, store all
-                row = [_INF] * hi + [rp[b] - rp[a]] * (K + 1 - hi)
-                first = hi if hi <= K else K + 1
-                if length > 1:
-                    ta, sa, ra = tu[a], su[a], r[a]
-                    right = D[a + 1][b]
-                    k0 = ta + lo[a + 1][b]
-                    if k0 < hi:
-                        row[k0:hi] = [ra + y for y in right[k0 - ta : hi - ta]]
-                        first = min(first, k0)
-                    left_lo, base, floor = lo[a], fp[a], rp[b] - rp[a]
-                    top = hi  # levels >= top cannot be improved by any j left to try
-                    for j in range(a + 1, b):
-                        fa = fp[j] - base
-                        # every time here is >= fa + floor (each step is taped once): find
-                        # the first level the row already reaches that bound, by bisection
-                        # (rows never grow with the level); fa only grows with j.
-                        bound, k1, k2 = fa + floor, min(first, top), top
-                        while k1 < k2:
-                            mid = (k1 + k2) // 2
-                            if row[mid] <= bound:
-                                k2 = mid
-                            else:
-                                k1 = mid + 1
-                        top = k1
-                        if top <= sa:
-                            break  # no level left that a store move could improve
-                        k0 = max(sa + lo[j][b], left_lo[j])
-                        if k0 >= top:
-                            continue
-                        left, right = D[a][j], D[j][b]
-                        row[k0:top] = [
-                            v if v <= (w := fa + x + y) else w
-                            for v, x, y in zip(row[k0:top], left[k0:top], right[k0 - sa : top - sa])
-                        ]
-                        if k0 < first:
-                            first = k0
-                D[a][b] = array("d", row)
-                lo[a][b] = first
-        self.D, self.lo = D, lo
-        self.feasible = lo[0][n] <= K
+        self.table = SplitTable(su, tu, budget, costs.forward_time, costs.reverse_time)
+        self.feasible = self.table.feasible
 
     def release(self) -> None:
         """Drop the table once the plan's choices are recorded."""
-        self.D = self.lo = None
+        self.table = None
 
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.tu[a]
@@ -307,24 +248,7 @@ class _Plan:
 
     def choose(self, a: int, b: int, k: int) -> int:
         """The first move the table says is best for ``[a, b)`` at level ``k``."""
-        if k >= self.tp[b] - self.tp[a]:
-            return a  # every tape fits: store all
-        D, fp, ta, sa = self.D, self.fp, self.tu[a], self.su[a]
-        target = D[a][b][k]
-        best, choice = _INF, None
-        if k >= ta:
-            best, choice = self.r[a] + D[a + 1][b][k - ta], a
-            if best == target:
-                return a
-        if k >= sa:
-            base = fp[a]
-            for j in range(a + 1, b):
-                value = (fp[j] - base) + D[a][j][k] + D[j][b][k - sa]
-                if value == target:
-                    return j
-                if value < best:
-                    best, choice = value, j
-        return choice
+        return self.table.choose(a, b, k)
 
 
 class _UniformPlan:
@@ -332,61 +256,22 @@ class _UniformPlan:
 
     ``D_L[k]`` stands for ``D(a, a + L, k)`` whatever ``a``, the splits are
     ``D_L = min(r + D_{L-1}[k - t], min over i of (i f + D_i[k]) + D_{L-i}[k - s])``,
-    and the work is ``O(n^2 levels / 2)`` additions instead of ``O(n^3 levels / 6)``.
-    A split that advances ``i`` steps costs at least ``i f + L r`` (every step is
-    taped once), so splits are only tried while that bound beats the best so far.
+    and the work is ``O(n^2 levels / 2)`` additions instead of ``O(n^3 levels / 6)``
+    (:class:`remat.planning.LengthTable`).
     """
 
     def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
-        n = costs.steps
         self.exact, budget, su, tu = _units(costs, memory, levels)
-        self.budget = K = budget
-        self.s, self.t = s, t = su[0], tu[0]
-        self.r = r = costs.reverse_time[0]
-        f = costs.forward_time[0]
-        # cols[k][L] = D_L[k]; adv[k][i] = i f + D_i[k] (a left part and the advance over it)
-        self.cols = cols = [[0.0] for _ in range(K + 1)]
-        self.adv = adv = [[0.0] for _ in range(K + 1)]
-        first = [0]  # first[L]: the lowest feasible level for L steps (K + 1: none)
-        for length in range(1, n + 1):
-            hi = min(K + 1, length * t)  # from level length * t on, store all
-            floor = length * r
-            lowest = hi if hi <= K else K + 1
-            if length > 1:
-                lowest = min(
-                    lowest,
-                    t + first[length - 1],
-                    *(max(s + first[length - i], first[i]) for i in range(1, length)),
-                )
-            for k in range(K + 1):
-                if k < lowest:
-                    value = _INF
-                elif k >= hi:
-                    value = floor
-                else:
-                    value = r + cols[k - t][length - 1] if k >= t else _INF
-                    if k >= s:
-                        most = length - 1  # the longest advance worth trying
-                        if f > 0 and value < _INF:
-                            most = min(most, int((value - floor) / f))
-                        if most >= 1:
-                            split = min(
-                                map(
-                                    add,
-                                    adv[k][1 : most + 1],
-                                    cols[k - s][length - 1 : length - 1 - most : -1],
-                                )
-                            )
-                            if split < value:
-                                value = split
-                cols[k].append(value)
-                adv[k].append(length * f + value)
-            first.append(lowest)
-        self.feasible = first[n] <= K
+        self.budget = budget
+        self.s, self.t = su[0], tu[0]
+        self.table = LengthTable(
+            costs.steps, su[0], tu[0], budget, costs.forward_time[0], costs.reverse_time[0]
+        )
+        self.feasible = self.table.feasible
 
     def release(self) -> None:
         """Drop the table once the plan's choices are recorded."""
-        self.cols = self.adv = None
+        self.table = None
 
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.t
@@ -396,24 +281,7 @@ class _UniformPlan:
 
     def choose(self, a: int, b: int, k: int) -> int:
         """The first move the table says is best for ``b - a`` steps at level ``k``."""
-        length, s, t = b - a, self.s, self.t
-        if k >= length * t:
-            return a
-        cols, target = self.cols, self.cols[k][length]
-        best, choice = _INF, None
-        if k >= t:
-            best, choice = self.r + cols[k - t][length - 1], a
-            if best == target:
-                return a
-        if k >= s:
-            adv, right = self.adv[k], cols[k - s]
-            for i in range(1, length):
-                value = adv[i] + right[length - i]
-                if value == target:
-                    return a + i
-                if value < best:
-                    best, choice = value, a + i
-        return choice
+        return a + self.table.choose(b - a, k)
 
 
 def _uniform(costs: ChainCosts) -> bool:
