@@ -82,9 +82,14 @@ class SplitTable:
     the first move of a best plan (``a``: tape step ``a``; ``j``: store
     ``x_a`` and advance to ``x_j``), found by redoing that cell's sums in the
     same order, so that it matches the table exactly.
+
+    ``leaves`` (an ``(n, budget + 1)`` array), if given, is ``D(a, a+1, .)``
+    for every step: a "step" is then a block of steps with a plan of its own
+    (:class:`remat.schedules.Optimal` with ``blocks=``), and one-step segments
+    are never chosen in (their plan is the block's).
     """
 
-    def __init__(self, state_units, tape_units, budget, forward, reverse) -> None:
+    def __init__(self, state_units, tape_units, budget, forward, reverse, leaves=None) -> None:
         n = len(tape_units)
         K1 = int(budget) + 1
         self.n, self.budget = n, int(budget)
@@ -104,7 +109,7 @@ class SplitTable:
             store_all = (rp[starts + length] - rp[starts])[:, None]
             fits_all = levels[None, :] >= (tp[starts + length] - tp[starts])[:, None]
             if length == 1:
-                best = np.where(fits_all, store_all, _INF)
+                best = np.where(fits_all, store_all, _INF) if leaves is None else np.array(leaves)
             else:
                 after_tape = ends[starts + length, starts + 1]  # D(a+1, b, .), (count, K1)
                 best = r[:count, None] + _shift_up(after_tape, tu[:count])
@@ -186,13 +191,14 @@ class LengthTable:
         return 1 + int(np.flatnonzero(split == target)[0])
 
 
-def least_peaks(state_bytes, tape_bytes) -> float:
+def least_peaks(state_bytes, tape_bytes, leaves=None) -> float:
     """The least peak bytes of any split schedule (the same programme for the peak).
 
     ``P(a, a+1) = t[a]`` and ``P(a, b) = min(t[a] + P(a+1, b), min over a < j < b
     of max(s[a] + P(j, b), P(a, j)))``, by length, every split of every segment
     of one length in one NumPy expression.  Sizes are exact in float64 up to
-    2**53 bytes; the result is returned as the type given (an int for ints).
+    2**53 bytes.  ``leaves``, if given, are the ``P(a, a+1)`` of steps that are
+    blocks with plans of their own.
     """
     n = len(tape_bytes)
     s = np.asarray(state_bytes, dtype=np.float64)
@@ -202,6 +208,8 @@ def least_peaks(state_bytes, tape_bytes) -> float:
         count = n - length + 1
         starts = np.arange(count)
         best = t[:count] + ends[starts + length, starts + 1, 0]
+        if length == 1 and leaves is not None:
+            best = np.asarray(leaves, dtype=np.float64)
         if length > 1:
             left = _diagonal(ends, (1, 0), count, length - 1, 0)[:, :, 0]  # P(a, a+i)
             right = _diagonal(ends, (length, 1), count, length - 1, 1)[:, :, 0]  # P(a+i, b)

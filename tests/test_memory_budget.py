@@ -446,16 +446,14 @@ def test_gradients_do_not_depend_on_the_measured_times(form, monkeypatch):
 def test_a_long_heterogeneous_chain_is_planned_over_blocks(monkeypatch):
     monkeypatch.setattr(memory, "BLOCK_LIMIT", 4)
     costs = costs_of("chain")  # 10 steps: 4 blocks
-    starts = memory.block_starts(10, 4)
-    assert starts == [0, 2, 5, 7, 10]
-    coarse = memory.block_costs(costs, starts)
-    budget = schedules.minimum_bytes(coarse)
+    budget = schedules.block_minimum_bytes(costs, schedules.block_starts(10, 4))
     reference, _ = store_all("chain")
     clear_grads()
     tape = Tape(memory=budget)
     assert same(run_chain(tape), reference)
-    assert tape.stats.schedule == "Blocks" and tape.stats.peak_bytes <= budget
+    assert tape.stats.schedule == "Optimal" and tape.stats.peak_bytes <= budget
     plan, measured = tape.plans[0]
+    assert plan.blocks == 4
     assert tape.stats.predicted_seconds >= schedules.simulate(plan, measured).time
 
 
@@ -483,12 +481,14 @@ def test_a_loop_prediction_is_the_plan_time_and_a_measured_overhead():
     assert tape.stats.predicted_seconds >= schedules.simulate(plan, measured).time
 
 
-def test_blocks_too_coarse_for_the_budget_are_refined(monkeypatch):
+def test_a_budget_too_tight_for_the_blocks_is_planned_exactly(monkeypatch):
     costs = costs_of("chain")
     exact = schedules.minimum_bytes(costs)
-    coarse = schedules.minimum_bytes(memory.block_costs(costs, memory.block_starts(10, 2)))
+    coarse = schedules.block_minimum_bytes(costs, schedules.block_starts(10, 2))
     assert coarse > exact
+    monkeypatch.setattr(memory, "EXACT_LIMIT", 10)  # 10 steps: planned exactly if need be
     plan = memory.plan_optimal(costs, exact, block_limit=2)
+    assert isinstance(plan, schedules.Optimal)
     sim = schedules.simulate(plan, costs)
     assert sim.peak_bytes <= exact and sim.reversed_steps == 10
     reference, _ = store_all("chain")
@@ -500,16 +500,15 @@ def test_blocks_too_coarse_for_the_budget_are_refined(monkeypatch):
     assert tape.stats.peak_bytes <= exact
 
 
-def test_blocks_carry_out_the_coarse_plan_on_the_steps():
-    costs = schedules.ChainCosts([1] * 7, [3] * 7, [10] * 8, [25] * 7)
-    starts = memory.block_starts(7, 3)
-    coarse = memory.block_costs(costs, starts)
-    plan = schedules.Optimal(coarse, schedules.minimum_bytes(coarse))
-    blocked = memory.Blocks(plan, starts)
-    sim = schedules.simulate(blocked, costs)
-    assert sim.reversed_steps == 7
-    assert sim.time == plan.predicted_time == blocked.predicted_time
-    assert sim.peak_bytes <= plan.predicted_peak_bytes
+def test_a_chain_too_long_for_the_exact_programme_falls_back_to_revolve(monkeypatch):
+    costs = costs_of("chain")
+    exact = schedules.minimum_bytes(costs)
+    monkeypatch.setattr(memory, "EXACT_LIMIT", 3)
+    plan = memory.plan_optimal(costs, exact, block_limit=2)
+    assert isinstance(plan, schedules.Revolve)
+    assert schedules.simulate(plan, costs).peak_bytes <= exact
+    with pytest.raises(ValueError, match=f"needs at least {exact} bytes"):
+        memory.plan_optimal(costs, exact - 1, block_limit=2)
 
 
 def test_the_messages_name_the_form():

@@ -51,7 +51,7 @@ from .disk import DiskRevolve, TwoLevel, disk_revolve_cost, two_level_cost
 from .mixed import Mixed, mixed_forward_steps
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
-from .optimal import Optimal, minimum_bytes
+from .optimal import Optimal, block_minimum_bytes, block_starts, minimum_bytes
 from .revolve import Revolve
 from .simulate import ScheduleError, Simulation, simulate
 
@@ -84,6 +84,8 @@ __all__ = [
     "beta",
     "disk_revolve_cost",
     "make_schedule",
+    "block_minimum_bytes",
+    "block_starts",
     "minimum_bytes",
     "mixed_forward_steps",
     "optimal_forward_steps",

@@ -70,6 +70,7 @@ once needs no search (store all).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator
 from fractions import Fraction
 from math import ceil, gcd
@@ -83,6 +84,12 @@ from .splits import split_actions
 
 _INF = float("inf")
 _MAX_LEVELS = 1 << 14  # a budget lost to rounding is planned again with up to this many
+_TABLE_FLOATS = 1 << 25  # ... but a heterogeneous table grows no larger than this (256 MB)
+
+
+def _table_levels(items: int) -> int:
+    """The most levels whose two tables over ``items`` steps stay within _TABLE_FLOATS."""
+    return max(1, min(_MAX_LEVELS, _TABLE_FLOATS // (2 * (items + 1) ** 2) - 1))
 
 
 class Optimal:
@@ -96,27 +103,53 @@ class Optimal:
     once, and ``exact`` whether no size had to be rounded.
     """
 
-    def __init__(self, costs: ChainCosts, memory, levels: int = 128) -> None:
+    def __init__(self, costs: ChainCosts, memory, levels: int = 128, blocks=None) -> None:
         if not isinstance(costs, ChainCosts):
             raise ValueError(f"Optimal: costs must be a ChainCosts, got {costs!r}")
         if isinstance(memory, bool) or not isinstance(memory, Real) or not memory >= 0:
             raise ValueError(f"Optimal: memory must be a number of bytes >= 0, got {memory!r}")
         if isinstance(levels, bool) or not isinstance(levels, Integral) or levels < 1:
             raise ValueError(f"Optimal: levels must be an integer >= 1, got {levels!r}")
+        if blocks is not None and (
+            isinstance(blocks, bool) or not isinstance(blocks, Integral) or blocks < 1
+        ):
+            raise ValueError(f"Optimal: blocks must be None or an integer >= 1, got {blocks!r}")
+        if blocks is not None and (blocks >= costs.steps or _uniform(costs)):
+            blocks = None  # one step a block (or all alike): the exact programme
+        self.blocks = blocks
         self.costs = costs
         self.memory = memory
         self.steps = costs.steps
         self._plan = None  # None: store all
         if sum(costs.tape_bytes) > memory:
-            need = minimum_bytes(costs)
-            if memory < need:
-                raise ValueError(
-                    f"Optimal: memory={memory!r} bytes is too small for this chain: a valid "
-                    f"schedule needs at least {need!r} bytes"
-                )
             levels = int(levels)
-            limit = max(levels, _MAX_LEVELS)
-            kind = _UniformPlan if _uniform(costs) else _Plan
+            if blocks is not None:
+                starts = block_starts(costs.steps, blocks)
+                need = block_minimum_bytes(costs, starts)  # never below minimum_bytes
+            else:
+                need = minimum_bytes(costs)
+            if memory < need:
+                least = need if blocks is None else minimum_bytes(costs)
+                if memory < least:
+                    raise ValueError(
+                        f"Optimal: memory={memory!r} bytes is too small for this chain: a "
+                        f"valid schedule needs at least {least!r} bytes"
+                    )
+                raise ValueError(
+                    f"Optimal: memory={memory!r} bytes is too small for a plan over {blocks} "
+                    f"blocks, which needs at least {need!r} bytes (the exact programme, "
+                    f"blocks=None, needs {least!r}): give more blocks or more memory"
+                )
+            if blocks is not None:
+
+                def kind(costs, memory, levels):
+                    return _BlockPlan(costs, memory, levels, starts)
+
+                limit = max(levels, _table_levels(blocks))
+            elif _uniform(costs):
+                kind, limit = _UniformPlan, max(levels, _MAX_LEVELS)
+            else:
+                kind, limit = _Plan, max(levels, _table_levels(costs.steps))
             while True:
                 plan = kind(costs, memory, levels)
                 if plan.feasible or plan.exact or levels >= limit:
@@ -145,7 +178,8 @@ class Optimal:
         self.predicted_peak_bytes = result.peak_bytes
 
     def __repr__(self) -> str:
-        return f"Optimal(steps={self.steps}, memory={self.memory!r})"
+        blocks = "" if self.blocks is None else f", blocks={self.blocks}"
+        return f"Optimal(steps={self.steps}, memory={self.memory!r}{blocks})"
 
     def __iter__(self) -> Iterator[Action]:
         return self._actions(self._replay)
@@ -189,16 +223,25 @@ def minimum_bytes(costs: ChainCosts):
 
     The same recursion as the time, minimising the peak instead:
     ``P(a, a+1) = tape_bytes[a]`` and ``P(a, b) = min(tape_bytes[a] + P(a+1, b),
-    min over a < j < b of max(state_bytes[a] + P(j, b), P(a, j)))``: every
-    split is tried, in C loops, ``O(n^3 / 6)`` (under a second for ``n = 200``).
-    When all steps are alike, ``P`` depends on the length only and grows with
-    it (drop a plan's last step: what is left reverses one step less and
-    holds no more), so in ``max(s + P[L - i], P[i])`` the first term falls and
-    the second grows with ``i`` and the best split is found by bisection:
-    ``O(n log n)``.
+    min over a < j < b of max(state_bytes[a] + P(j, b), P(a, j)))``.
+
+    When step 0's tape holds at least ``x_0`` (``t[0] >= s[0]``, as when the
+    tape keeps its input), the answer is ``max(t[0], s[0] + max of t[1:])``:
+    in this class ``x_0`` or step 0's tape is held while every later step is
+    taped, so no plan does better, and keeping ``x_0`` and advancing from it to
+    tape each step in turn, last first, does that well.  Otherwise, when all
+    steps are alike, ``P`` depends on the length only and grows with it (drop
+    a plan's last step: what is left reverses one step less and holds no
+    more), so in ``max(s + P[L - i], P[i])`` the first term falls and the
+    second grows with ``i`` and the best split is found by bisection:
+    ``O(n log n)``.  Otherwise every split is tried (NumPy,
+    :func:`remat.planning.least_peaks`): ``O(n^3 / 6)``, 0.7 s for
+    ``n = 1000``.
     """
     n = costs.steps
     s, t = costs.state_bytes, costs.tape_bytes
+    if t[0] >= s[0]:
+        return max(t[0], s[0] + max(t[1:], default=0))
     if _uniform(costs):  # P depends on the length only: P[L]
         P = [0, t[0]]
         for length in range(2, n + 1):
@@ -206,7 +249,7 @@ def minimum_bytes(costs: ChainCosts):
             candidates = (max(s[0] + P[length - i], P[i]) for i in (j - 1, j) if 0 < i < length)
             P.append(min(t[0] + P[length - 1], *candidates))
         return P[n]
-    peak = least_peaks(s, t)  # every split tried, by NumPy: O(n^3 / 6)
+    peak = least_peaks(s, t)  # every split tried
     exact = all(isinstance(x, Integral) for x in (*s, *t))
     return int(peak) if exact else peak
 
@@ -249,6 +292,83 @@ class _Plan:
     def choose(self, a: int, b: int, k: int) -> int:
         """The first move the table says is best for ``[a, b)`` at level ``k``."""
         return self.table.choose(a, b, k)
+
+
+def block_starts(steps: int, blocks: int) -> list:
+    """Where each of ``blocks`` blocks of ``steps`` steps starts (lengths differ by one at
+    most), and ``steps`` at the end."""
+    return [k * steps // blocks for k in range(blocks)] + [steps]
+
+
+def _sums(values, starts) -> list:
+    return [sum(values[a:b]) for a, b in zip(starts, starts[1:])]
+
+
+def block_minimum_bytes(costs: ChainCosts, starts) -> object:
+    """The least peak of any plan in the class of ``Optimal(..., blocks=)`` (blocks
+    starting at ``starts``): the peak programme over blocks, each block's own least
+    peak (its input state counted) as its one-block segments."""
+    s, t = costs.state_bytes, costs.tape_bytes
+    inner = [
+        minimum_bytes(ChainCosts([0] * (b - a), [0] * (b - a), s[a : b + 1], t[a:b]))
+        for a, b in zip(starts, starts[1:])
+    ]
+    peak = least_peaks([s[a] for a in starts], _sums(t, starts), leaves=inner)
+    exact = all(isinstance(x, Integral) for x in (*s, *t))
+    return int(peak) if exact else peak
+
+
+class _BlockPlan:
+    """The programme over blocks of consecutive steps, each block reversed by its own
+    exact plan.
+
+    The outer table is the programme of a chain whose steps are the blocks (a
+    block's times and tape units are its steps' sums), except that a one-block
+    segment costs what the block's own table (every split inside it) says.  So
+    states are stored at block starts, or inside the block being reversed.  A
+    block "taped" by the outer plan is taped step by step, as the exact plan
+    does when it tapes consecutive steps.
+    """
+
+    def __init__(self, costs: ChainCosts, memory, levels: int, starts) -> None:
+        self.exact, budget, su, tu = _units(costs, memory, levels)
+        self.budget, self.su, self.tu = budget, su, tu
+        self.starts = starts
+        self.index = {a: k for k, a in enumerate(starts)}
+        f, r = costs.forward_time, costs.reverse_time
+        pairs = list(zip(starts, starts[1:]))
+        self.inner = [SplitTable(su[a : b + 1], tu[a:b], budget, f[a:b], r[a:b]) for a, b in pairs]
+        self.outer = SplitTable(
+            [su[a] for a in starts],
+            _sums(tu, starts),
+            budget,
+            _sums(f, starts),
+            _sums(r, starts),
+            leaves=[table.ends[table.n, 0] for table in self.inner],
+        )
+        self.feasible = self.outer.feasible
+
+    def release(self) -> None:
+        """Drop the tables once the plan's choices are recorded."""
+        self.inner = self.outer = None
+
+    def after_tape(self, a: int, budget: int) -> int:
+        return budget - self.tu[a]
+
+    def after_store(self, a: int, budget: int) -> int:
+        return budget - self.su[a]
+
+    def choose(self, a: int, b: int, k: int) -> int:
+        """The first move for ``[a, b)`` at level ``k``: from the block's own table inside
+        one block, else from the outer table (``a`` a block start), else (``a`` inside
+        a block the outer plan tapes) tape."""
+        block = bisect_right(self.starts, a) - 1
+        first, last = self.starts[block], self.starts[block + 1]
+        if b <= last:
+            return first + self.inner[block].choose(a - first, b - first, k)
+        if a != first:
+            return a
+        return self.starts[self.outer.choose(block, self.index[b], k)]
 
 
 class _UniformPlan:
