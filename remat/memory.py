@@ -185,6 +185,82 @@ def _nbytes(arrays):
 SPAN = 16  # a loop's (or scan's) step is timed over runs of up to this many steps
 
 
+class _OverBudget(Exception):
+    """A tape that would take the measuring run over its budget (refused, not held)."""
+
+    def __init__(self, held):
+        super().__init__(held)
+        self.held = held
+
+
+class _Refusing:
+    """The measuring run's holdings: a tape that would take them over ``budget`` is
+    refused before it is held, so that measuring never holds more than the budget."""
+
+    def __init__(self, budget):
+        self.inner = Holdings()
+        self.budget = budget
+
+    @property
+    def bytes(self):
+        return self.inner.bytes
+
+    @property
+    def peak(self):
+        return self.inner.peak
+
+    def hold(self, arrays):
+        new = {id(a): a for a in arrays if id(a) not in self.inner.count}
+        held = self.inner.bytes + _nbytes(new.values())
+        if held > self.budget:
+            raise _OverBudget(held)
+        self.inner.hold(arrays)
+
+    def release(self, arrays):
+        self.inner.release(arrays)
+
+
+class _Sizing:
+    """Holdings that hold nothing and note the bytes of the last tape offered."""
+
+    bytes = peak = last = 0
+
+    def hold(self, arrays):
+        self.last = _nbytes({id(a): a for a in arrays}.values())
+
+    def release(self, arrays):
+        pass
+
+
+def _size_the_rest(run, start, steps, state_bytes, tape_bytes):
+    """From x_start (current), tape each remaining step only to learn its tape's bytes
+    and drop it at once (nothing held), appending to the two lists."""
+    run.held = _Sizing()
+    run.tapes.clear()
+    for i in range(start, steps):
+        run.position = i
+        run.tape_steps(schedules.Tape(i, i + 1))
+        run.tapes.pop(i)
+        tape_bytes.append(run.held.last)
+        state_bytes.append(_nbytes(run.current[0]))
+
+
+def _refused(chain, memory, step, held, state_bytes, tape_bytes, alike=False):
+    n = len(tape_bytes)
+    need = schedules.minimum_bytes(schedules.ChainCosts([0] * n, [0] * n, state_bytes, tape_bytes))
+    how = (
+        "every step is taken to be alike"
+        if alike
+        else "the other steps' tapes were sized without being held"
+    )
+    return ValueError(
+        f"{chain.owner}: memory={memory} bytes is too small: step {step}'s tape alone would "
+        f"hold {held} bytes, and a valid schedule needs at least {need} bytes "
+        f"({need / 2**20:.3f} MiB) under the measured sizes (measuring refused that tape "
+        f"before holding it; {how})"
+    )
+
+
 def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
     """From x_start (current): advance untaped to ``advance_stop``, then from x_start
     again tape to ``tape_stop`` and reverse with cotangents of ones.  Returns
@@ -201,13 +277,6 @@ def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
     run.tape_steps(schedules.Tape(start, tape_stop))
     taped = time.perf_counter() - begin
     held = run.held.bytes
-    if held > memory:
-        run.release()
-        what = f"step {start}'s tape" if tape_stop == start + 1 else "the tapes measured"
-        raise ValueError(
-            f"{chain.owner}: memory={memory} bytes is too small: {what} alone holds {held} "
-            f"bytes, so any schedule needs at least {held} bytes (measuring stopped there)"
-        )
     last = run.tapes[tape_stop - 1]
     width = len(run.spec_at(tape_stop).shapes)
     run.cotangent = _ones_for(t._data for t in last.outputs[:width])
@@ -238,15 +307,19 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
     is noise that only ever lengthens a run).  Otherwise each step is measured once, one tape
     at a time, and the whole chain advanced over once more: what n one-step
     Advances cost beyond it is the overhead of n - 1 actions, taken out of the
-    steps' times and charged per action.  Raises ValueError as soon as a tape
-    is over ``memory``.
+    steps' times and charged per action.
+
+    Measuring holds no more than ``memory``: a tape that would take what it
+    holds over the budget is refused before it is held, and a ValueError
+    says the least any plan needs (for a chain, the remaining steps are then
+    taped one by one only to learn their tapes' bytes, each dropped at once).
     """
     x0, x0_nodes, tree = leaves_of(state, "the initial state")
     rng = backend.random_state()
     run = ChainRun(
         tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
     )
-    run.held = Holdings()
+    run.held = _Refusing(memory)
     run.check_values = tape.check_replay  # the plan's re-taped steps will be checked: time it
     run.outer_sweep = _DropSweep()
     if chain.xs:
@@ -255,7 +328,11 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
     start = run.current
     try:
         if alike:
-            _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
+            try:
+                _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
+            except _OverBudget as refused:
+                sizes = [_nbytes(x0)] * (steps + 1), [refused.held] * steps
+                raise _refused(chain, memory, 0, refused.held, *sizes, alike=True) from None
             peak = tape_bytes
             span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, memory // tape_bytes))
             f_times, r_times, f_one, r_one = [], [], [], []
@@ -278,7 +355,11 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
             return costs, peak, overhead
         forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
         for i in range(steps):
-            f, r, held, after = _time_steps(run, chain, i, i + 1, i + 1, steps, memory)
+            try:
+                f, r, held, after = _time_steps(run, chain, i, i + 1, i + 1, steps, memory)
+            except _OverBudget as refused:
+                _size_the_rest(run, i, steps, state_bytes, tape_bytes)
+                raise _refused(chain, memory, i, refused.held, state_bytes, tape_bytes) from None
             peak = max(peak, held)
             forward.append(f)
             reverse.append(r)

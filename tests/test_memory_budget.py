@@ -283,10 +283,27 @@ def test_a_budget_below_one_tape_stops_measuring_at_once():
         calls.append(1)
         return res_step(h)
 
+    need = H0.nbytes + costs_of("loop").tape_bytes[0]  # keep x_0, tape one step at a time
+    memory.clear_plans()
+    calls.clear()
     tape = Tape(memory=100)  # less than one step's tape
-    with tape, pytest.raises(ValueError, match="step 0's tape alone holds .* at least"):
+    with tape, pytest.raises(ValueError, match=f"step 0's tape alone would .* {need} bytes"):
         tape.loop(step, rm.tensor(H0, requires_grad=True), steps=12)
     assert len(calls) == 2  # step 0 advanced once and taped once, then refused
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_measuring_respects_a_budget_below_one_tape(form, monkeypatch):
+    low, _ = bounds(form)
+    smallest = min(costs_of(form).tape_bytes)
+    monkeypatch.setattr(memory, "Holdings", SpyHoldings)
+    for budget in (1, smallest - 1):
+        memory.clear_plans()
+        SpyHoldings.most = 0
+        clear_grads()
+        with pytest.raises(ValueError, match=f"too small: .* needs at least {low} bytes"):
+            FORMS[form](Tape(memory=budget))
+        assert SpyHoldings.most <= budget
 
 
 def test_a_loop_is_measured_over_as_many_tapes_as_fit(monkeypatch):
