@@ -23,8 +23,10 @@ HEADERS = {
     "depth": ["| contender | depth L | s (fwd+bwd) | time vs smallest depth |"],
     "replay": ["| schedule | check_replay=True ms | False ms | ratio |"],
     "memory": [
-        "| width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
-        "| width | budget MiB | optimal s | revolve slots | revolve s |",
+        "| steps | costs | budget | plan | seconds |",
+        "| steps | budget | 5 steps a block | 2 steps a block |",
+        "| clock | width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
+        "| clock | width | budget MiB | optimal s | revolve slots | revolve s |",
     ],
 }
 
