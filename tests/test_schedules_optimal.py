@@ -598,3 +598,14 @@ def test_the_least_peak_of_a_chain_whose_tapes_hold_their_inputs(seed):
     t = [s[i] + rng.randint(0, 80) for i in range(n)]  # each tape holds its input state
     costs = ChainCosts([1] * n, [2] * n, s, t)
     assert minimum_bytes(costs) == least_peaks(s, t) == max(t[0], s[0] + max(t[1:]))
+
+
+def test_a_loop_may_be_planned_over_blocks_too():
+    costs = ChainCosts.uniform(12, 1, 3, 2, 5)
+    least = block_minimum_bytes(costs, block_starts(12, 4))
+    for extra in (0, 7, 30):
+        plan = Optimal(costs, least + extra, blocks=4)
+        assert plan.blocks == 4
+        result = check(plan, costs)
+        assert result.peak_bytes <= least + extra and result.time == plan.predicted_time
+        assert plan.predicted_time >= Optimal(costs, least + extra).predicted_time

@@ -81,8 +81,9 @@ for ``n = 1000``: the cubic term is the search over every split of every
 segment, which no vectorising removes; :mod:`remat.memory` plans long chains
 over blocks).  Levels from a segment's store-all threshold on are filled in
 without a search.  When all steps are alike (``tape.loop``), segments differ
-only by their length and the programme is ``O(n^2 levels / 2)``: 0.07-0.1 s
-for ``n = 1000``, 4-8 s for ``n = 10000``.  A budget that fits every tape at
+only by their length and the programme is ``O(n^2 levels / 2)``: 0.05-0.1 s
+for ``n = 1000``, 4-20 s for ``n = 10000`` (``blocks=200``: 1-2 s, blocks
+of the same costs sharing one table).  A budget that fits every tape at
 once needs no search (store all).
 """
 
@@ -115,10 +116,9 @@ class Optimal:
 
     ``levels`` bounds the memory levels of the dynamic programme (see the
     module docstring for the discretisation and its cost); ``blocks``, if an
-    integer below the number of steps of a heterogeneous chain, plans over
-    that many blocks of steps (optimal in a smaller class, much faster: the
-    module docstring says which).  After
-    construction, ``predicted_time`` and ``predicted_peak_bytes`` are the
+    integer below the number of steps, plans over that many blocks of steps
+    (optimal in a smaller class, much faster: the module docstring says
+    which).  After construction, ``predicted_time`` and ``predicted_peak_bytes`` are the
     plan's time and peak under the model of :mod:`.costs` (what
     :func:`.simulate` reports for it), ``snapshots`` the most slots it uses at
     once, and ``exact`` whether no size had to be rounded.
@@ -135,8 +135,8 @@ class Optimal:
             isinstance(blocks, bool) or not isinstance(blocks, Integral) or blocks < 1
         ):
             raise ValueError(f"Optimal: blocks must be None or an integer >= 1, got {blocks!r}")
-        if blocks is not None and (blocks >= costs.steps or _uniform(costs)):
-            blocks = None  # one step a block (or all alike): the exact programme
+        if blocks is not None and blocks >= costs.steps:
+            blocks = None  # one step a block: the exact programme
         self.blocks = blocks
         self.costs = costs
         self.memory = memory
@@ -358,7 +358,14 @@ class _BlockPlan:
         self.index = {a: k for k, a in enumerate(starts)}
         f, r = costs.forward_time, costs.reverse_time
         pairs = list(zip(starts, starts[1:]))
-        self.inner = [SplitTable(su[a : b + 1], tu[a:b], budget, f[a:b], r[a:b]) for a, b in pairs]
+        made = {}  # blocks whose costs are the same share one table (a loop's blocks)
+        for a, b in pairs:
+            key = (tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b])
+            if key not in made:
+                made[key] = SplitTable(su[a : b + 1], tu[a:b], budget, f[a:b], r[a:b])
+        self.inner = [
+            made[tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b]] for a, b in pairs
+        ]
         self.outer = SplitTable(
             [su[a] for a in starts],
             _sums(tu, starts),
