@@ -363,9 +363,7 @@ class _BlockPlan:
             key = (tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b])
             if key not in made:
                 made[key] = SplitTable(su[a : b + 1], tu[a:b], budget, f[a:b], r[a:b])
-        self.inner = [
-            made[tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b]] for a, b in pairs
-        ]
+        self.inner = [made[tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b]] for a, b in pairs]
         self.outer = SplitTable(
             [su[a] for a in starts],
             _sums(tu, starts),
