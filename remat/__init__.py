@@ -9,7 +9,7 @@ array([0.        , 1.38177329, 0.07700375])
 This module only re-exports; see the submodules for the ideas.
 """
 
-from . import guard, optim, pytree, random, schedules
+from . import guard, optim, policies, pytree, random, schedules
 from .backend import DeviceError, cuda_available
 from .budget import Tape
 from .checkpoint import checkpoint
@@ -58,6 +58,7 @@ from .ops import (
     transpose,
     where,
 )
+from .selective import checkpoint_name, count_ops
 from .tape import BackwardError, EscapeError, Record, Recorder, enable_grad, grad_enabled, no_grad
 from .tensor import DTypeError, Tensor, tensor
 

@@ -17,22 +17,26 @@ States, carries, inputs and outputs are pytrees of Tensors (or arrays).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from . import backend, schedules
+from . import backend, policies, schedules
 from . import memory as _memory
-from .checkpoint import check_policy
 from .executor import Chain, LoopError, LoopStats, run_chain
 from .pytree import flatten
 from .schedules.arguments import require_count
 from .tape import Recorder
 from .tensor import Tensor
 
+if TYPE_CHECKING:
+    from .typing import PyTree
+
 SCHEDULE_NAMES = schedules.SCHEDULE_NAMES
 
 
 @dataclass(frozen=True)
-class Policy:
+class Reversal:
     """What a Tape's chains are reversed with: a schedule name or object, and a budget."""
 
     schedule: object  # one of SCHEDULE_NAMES, or a schedule object
@@ -73,11 +77,11 @@ NEEDS_A_BUDGET = ("revolve", "online", "periodic", "mixed")
 
 
 def resolve_policy(snapshots, schedule):
-    """The Policy for ``rm.Tape(snapshots, schedule)``, with clear errors."""
+    """The Reversal for ``rm.Tape(snapshots, schedule)``, with clear errors."""
     if snapshots is not None:
         snapshots = require_count("Tape", "snapshots", snapshots)
     if schedule is None:
-        return Policy("revolve" if snapshots is not None else "store_all", snapshots)
+        return Reversal("revolve" if snapshots is not None else "store_all", snapshots)
     if isinstance(schedule, str):
         if schedule not in SCHEDULE_NAMES:
             raise ValueError(
@@ -86,7 +90,7 @@ def resolve_policy(snapshots, schedule):
             )
         if schedule in NEEDS_A_BUDGET and snapshots is None:
             raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
-        return Policy(schedule, snapshots)  # store_all and sqrt size their own memory
+        return Reversal(schedule, snapshots)  # store_all and sqrt size their own memory
     if not all(hasattr(schedule, a) for a in ("__iter__", "steps", "snapshots")):
         raise ValueError(
             f"Tape: schedule must be one of {', '.join(SCHEDULE_NAMES)} or a schedule object "
@@ -97,7 +101,7 @@ def resolve_policy(snapshots, schedule):
             f"Tape: snapshots={snapshots} but the schedule {schedule!r} uses "
             f"{schedule.snapshots}; give one or the other"
         )
-    return Policy(schedule, schedule.snapshots)
+    return Reversal(schedule, schedule.snapshots)
 
 
 class Tape(Recorder):
@@ -112,40 +116,60 @@ class Tape(Recorder):
 
     ``check_replay`` checks that every recomputed step gives what it gave the
     first time: always the structure, shapes and dtypes of its outputs, and,
-    when the step is taped again, their values (a CRC-32 of up to 256 evenly
-    spaced elements of each array, so it costs the same for any state size;
+    when the step is taped again, their values (a CRC-32 of about 64 elements
+    of each array, spaced by a prime stride, so it costs the same for any state size;
     ``check_replay="full"`` reads every element;
     ``check_replay=False`` checks no values).  ``trace=True`` records the bytes held
     after every action (for :func:`remat.plot.memory_timeline`);
     ``snapshot_device="cpu"`` keeps snapshots in host memory while the steps
-    run on the GPU.  ``policy`` is reserved for selective recomputation (only
-    None is accepted yet).
+    run on the GPU.  ``policy`` (:mod:`remat.policies`) is selective
+    recomputation inside the steps: the first run of each step keeps the op
+    outputs the policy chooses, held (and counted in ``tape.stats.peak_bytes``)
+    until the step is reversed, and every recomputation of that step reuses
+    them instead of evaluating those ops again (store_all recomputes nothing,
+    so keeps nothing).  A policy is any callable ``policy(op_name,
+    value_name) -> bool``, called positionally; None (or ``save_nothing``)
+    keeps nothing.  With ``memory=``, the plan is made in what is left of the
+    budget once the policy's kept values (measured) are counted.
+    (``tape.recompute`` is the policy given, None for save_nothing;
+    ``tape.policy`` is the schedule and its budget.)
 
     ``memory=`` is a budget in bytes (an int, or ``"512 KiB"``, ``"64 MiB"``,
     ``"2 GB"``): each loop, chain and scan is measured, planned with
     :class:`remat.schedules.Optimal` (``schedule=None`` or ``"optimal"``) and
     run within it (:mod:`remat.memory`); ``tape.stats.peak_bytes`` never
-    exceeds it, and ``tape.plans`` lists each chain's (schedule, measured
-    costs).  With ``snapshots=s`` (and ``schedule="revolve"``, the default
-    then, or ``"mixed"``) the two must agree: ``s`` slots must fit in the
+    exceeds it (for gradients: the run with tangents of ``rm.hvp`` or
+    ``rm.grad`` of ``rm.grad`` follows the same plan and holds up to twice
+    it), and ``tape.plans`` lists each chain's (schedule, measured costs).
+    With ``snapshots=s`` (and ``schedule="revolve"``, the default then, or
+    ``"mixed"``) the two must agree: ``s`` slots must fit in the
     budget under the measured costs; ``"revolve"`` or ``"mixed"`` without
     ``snapshots=`` take the most slots that fit.  Other schedules are refused.
 
     A tape keeps every record made on it, and a chain's record keeps its
     snapshots until the chain is reversed: evaluate without gradients under
     ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.
+
+    >>> import remat as rm
+    >>> w = rm.tensor([0.5], requires_grad=True)
+    >>> with rm.Tape(snapshots=3) as tape:
+    ...     h = tape.loop(lambda h: rm.tanh(h * w), rm.ones(1), steps=20)
+    ...     loss = h.sum()
+    >>> loss.backward()
+    >>> tape.stats.steps, tape.stats.forward_steps, tape.stats.peak_snapshots  # revolve
+    (20, 65, 3)
     """
 
     def __init__(
         self,
-        snapshots=None,
-        schedule=None,
-        trace=False,
-        snapshot_device=None,
-        check_replay=True,
-        policy=None,
-        memory=None,
-    ):
+        snapshots: int | None = None,
+        schedule: str | schedules.Schedule | None = None,
+        trace: bool = False,
+        snapshot_device: str | None = None,
+        check_replay: bool | str = True,
+        policy: policies.Policy | Callable[[str, str | None], bool] | None = None,
+        memory: int | str | None = None,
+    ) -> None:
         super().__init__()
         self.byte_limit = self.memory_schedule = None
         if memory is None:
@@ -155,10 +179,12 @@ class Tape(Recorder):
             self.memory_schedule = _memory.check_schedule(memory, snapshots, schedule)
             if snapshots is not None:
                 snapshots = require_count("Tape", "snapshots", snapshots)
-            self.policy = Policy(self.memory_schedule, snapshots)
-        self.recompute = check_policy(policy)
-        self.loops = []  # the LoopStats of each chain run on this tape
-        self.plans = []  # under memory=: (schedule, measured ChainCosts) of each chain
+            self.policy = Reversal(self.memory_schedule, snapshots)
+        # rm.policies: what the first run of each step keeps for its recomputations
+        self.recompute = policies.resolve(policy, "Tape")
+        self.loops: list[LoopStats] = []  # the LoopStats of each chain run on this tape
+        # under memory=: (schedule, measured ChainCosts) of each chain
+        self.plans: list[tuple[Any, Any]] = []
         self.trace = trace
         if check_replay not in (True, False, "full"):
             raise ValueError(
@@ -172,11 +198,19 @@ class Tape(Recorder):
         """Counts of the chains run on this tape, added up (see :class:`LoopStats`)."""
         return LoopStats.combine(self.loops)
 
-    def __repr__(self):
-        return f"<Tape {len(self.records)} records, policy={self.policy!r}>"
+    def __repr__(self) -> str:
+        kept = "" if self.recompute is None else f", policy={self.recompute!r}"
+        return f"<Tape {len(self.records)} records, {self.policy!r}{kept}>"
 
     # --- the three forms ------------------------------------------------------------
-    def loop(self, step, state, steps=None, until=None, max_steps=None):
+    def loop(
+        self,
+        step: Callable[[PyTree], PyTree],
+        state: PyTree,
+        steps: int | None = None,
+        until: Callable[[PyTree], Any] | None = None,
+        max_steps: int | None = None,
+    ) -> PyTree:
         """Run ``state = step(state)`` under this tape's budget; return the final state.
 
         ``step`` maps a state (a Tensor, or a pytree of Tensors: tuples, lists,
@@ -186,6 +220,13 @@ class Tape(Recorder):
         length (an offline schedule), or ``until=predicate`` (checked after
         each step, with optional ``max_steps``) for a loop of unknown length
         (online checkpointing).
+
+        >>> import remat as rm
+        >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
+        >>> with rm.Tape(snapshots=2, schedule="online") as tape:
+        ...     h = tape.loop(lambda h: h * 0.5, x, until=lambda h: h.sum().item() < 0.1)
+        >>> h.sum().backward(); tape.stats.steps, x.grad
+        (5, array([0.03125, 0.03125]))
         """
         if not callable(step):
             raise TypeError(f"tape.loop: step must be callable, got {step!r}")
@@ -230,13 +271,23 @@ class Tape(Recorder):
         stats.memory, stats.plan, stats.predicted_seconds = self.byte_limit, how, predicted
         return result
 
-    def chain(self, functions, state):
+    def chain(self, functions: Sequence[Callable[[PyTree], PyTree]], state: PyTree) -> PyTree:
         """Run ``state = f(state)`` for each ``f`` in ``functions``, reversed under the budget.
 
         The functions may change the state's shapes, dtypes and structure from
         one to the next (a network whose layers differ).  With
         ``Tape(snapshots=s)`` it is revolve over the chain, with the same step
         counts as :meth:`loop`.
+
+        >>> import remat as rm
+        >>> x = rm.ones(4, requires_grad=True)
+        >>> layers = [lambda h: h * 2.0, lambda h: h.reshape(2, 2), lambda h: h.sum(axis=1)]
+        >>> with rm.Tape(snapshots=1) as tape:
+        ...     out = tape.chain(layers, x)
+        >>> out
+        tensor([4., 4.], op=loop_output)
+        >>> out.sum().backward(); x.grad
+        array([2., 2., 2., 2.])
         """
         try:
             functions = list(functions)
@@ -261,18 +312,29 @@ class Tape(Recorder):
         schedule = self.policy.offline(n, "tape.chain")
         return run_chain(self, chain, state, schedule, max_steps=_online_end(schedule, n))[0]
 
-    def scan(self, f, init, xs):
+    def scan(
+        self, f: Callable[[PyTree, PyTree], tuple[PyTree, PyTree]], init: PyTree, xs: PyTree
+    ) -> tuple[PyTree, PyTree]:
         """``jax.lax.scan``: ``carry, y = f(carry, x)`` for each leading-axis slice x of xs.
 
         Returns ``(carry, ys)`` where ``ys`` stacks the ``y``s along a new
         leading axis (or is None when f returns None for y).  ``xs`` is a
         Tensor or pytree of Tensors whose leaves share their leading axis; the
-        carry keeps its structure, shapes and dtypes.  Gradients reach ``xs``
+        carry keeps its structure, shapes and dtypes, and may hold no Tensor
+        (``init=None`` maps f over xs).  Gradients reach ``xs``
         (gathered in one buffer), ``init`` and the parameters f closes over.
+
+        >>> import remat as rm
+        >>> xs = rm.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> with rm.Tape(snapshots=1) as tape:
+        ...     total, partial = tape.scan(lambda c, x: (c + x, c * x), rm.zeros(()), xs)
+        >>> total, partial
+        (tensor(6., op=loop_output), tensor([0., 2., 9.], op=loop_output))
+        >>> (total + partial.sum()).backward(); xs.grad
+        array([6., 5., 4.])
         """
         if not callable(f):
             raise TypeError(f"tape.scan: f must be callable, got {f!r}")
-        _check_state("tape.scan", init)
         leaves, xs_tree = flatten(xs, lambda v: isinstance(v, Tensor) or backend.is_array(v))
         if not leaves:
             raise ValueError("tape.scan: xs has no Tensor or array in it; nothing to scan over")

@@ -13,15 +13,24 @@ nest, and mix with checkpointed loops in either direction.  The replay check
 of :mod:`remat.executor` applies: a recomputation that gives other values
 than the first run is refused (unless the open ``rm.Tape`` has
 ``check_replay=False``).
+
+``rm.checkpoint(f, policy=p)`` is selective recomputation
+(:mod:`remat.policies`, :mod:`remat.selective`): the first run keeps the
+outputs of the ops ``p`` chooses, held by the call's record (and counted in
+its bytes), and the recomputation reuses them instead of evaluating those ops
+again, checking op by op that it evaluates what the first run did.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 from . import backend, guard
 from .executor import (
     REPLAY_CAUSES,
+    Forward,
     ReplayError,
     Spec,
     StepTape,
@@ -35,7 +44,9 @@ from .executor import (
 )
 from .functional import forward_sweep
 from .ops.core import Op
+from .policies import Policy, resolve
 from .pytree import flatten, unflatten
+from .selective import Reusing, Saving, within
 from .tape import (
     FORWARD_MODE,
     GRAD_ENABLED,
@@ -43,6 +54,8 @@ from .tape import (
     STEP,
     BackwardError,
     EscapeError,
+    Record,
+    Recorder,
     StepValue,
     enable_grad,
     next_sequence,
@@ -51,24 +64,32 @@ from .tape import (
 from .tensor import Tensor
 
 
-def check_policy(policy):
-    """``policy=`` is for selective recomputation (op by op); only None is defined yet."""
-    if policy is not None:
-        raise NotImplementedError(
-            f"policy={policy!r}: selective recomputation policies are not implemented yet; "
-            "pass policy=None (recompute everything)"
-        )
-    return policy
-
-
-def checkpoint(f=None, policy=None):
+def checkpoint(
+    f: Callable[..., Any] | None = None,
+    policy: Policy | Callable[[str, str | None], bool] | None = None,
+) -> Callable[..., Any]:
     """``f`` checkpointed: the same function, keeping only its inputs for backward.
 
-    Use it as ``rm.checkpoint(f)(x)`` or as a decorator (``@rm.checkpoint``).
-    ``policy`` is reserved for selective recomputation; only None (recompute
-    everything) is accepted yet.
+    Use it as ``rm.checkpoint(f)(x)`` or as a decorator (``@rm.checkpoint``, or
+    ``@rm.checkpoint(policy=...)``).  ``policy`` (:mod:`remat.policies`)
+    chooses op outputs of f's first run to keep as well, which the
+    recomputation reuses instead of evaluating those ops again; None (or
+    ``save_nothing``) keeps nothing.  A policy is any callable
+    ``policy(op_name, value_name) -> bool``, called positionally.
+
+    >>> import remat as rm
+    >>> @rm.checkpoint
+    ... def block(h):
+    ...     return rm.tanh(h) * 2.0
+    >>> x = rm.tensor([0.0, 1.0], requires_grad=True)
+    >>> with rm.Tape() as tape:
+    ...     y = block(block(x)).sum()
+    >>> [r.op.name for r in tape.records]  # tanh and * are recomputed at backward
+    ['checkpoint', 'loop_output', 'checkpoint', 'loop_output', 'sum']
+    >>> y.backward(); x.grad.round(6)
+    array([4.      , 0.291061])
     """
-    check_policy(policy)
+    chosen = resolve(policy, "rm.checkpoint")
     if f is None:
         return lambda g: checkpoint(g, policy)
     if not callable(f):
@@ -82,18 +103,20 @@ def checkpoint(f=None, policy=None):
         arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments", copy_arrays=True)
         rng = backend.random_state()
         context = STEP.get()
+        forward = Forward()
+        check = getattr(OPEN_TAPE.get(), "check_replay", True)
+        saving = None if chosen is None else Saving(chosen, bool(check), check == "full")
         token = STEP.set(StepValue(name, None, context))  # what f makes is f's own
         try:
             with untaped():  # unlike no_grad, what f makes keeps f's marker
-                out = f(*args, **kwargs)
+                out = within(saving, lambda: f(*args, **kwargs))
             out_arrays, _, out_tree = leaves_of(out, f"{name}: its result", True)
         finally:
             STEP.reset(token)
         if not out_arrays:
             raise TypeError(f"{name}: f must return Tensors (or a pytree of them), got {out!r}")
-        tape = OPEN_TAPE.get()
-        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context)
-        check = getattr(tape, "check_replay", True)
+        call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context, forward)
+        call.kept = None if saving is None else saving.kept()
         call.full = check == "full"
         call.fingerprints = fingerprint_all(out_arrays, call.full) if check else None
         results = outputs_of(CHECKPOINT, (call,), nodes, out_arrays, call.spec.shapes)
@@ -103,7 +126,8 @@ def checkpoint(f=None, policy=None):
 
 
 class Call:
-    """What a checkpointed call keeps: f, its inputs and the random state before it."""
+    """What a checkpointed call keeps: f, its inputs, the random state before it, and
+    what its policy kept of the first run (a :class:`remat.selective.Kept`, or None)."""
 
     __slots__ = (
         "f",
@@ -117,36 +141,69 @@ class Call:
         "fingerprints",
         "checks",
         "seq",
+        "forward",
+        "kept",
+        "spliced",
     )
 
-    def __init__(self, f, name, tree, arrays, rng, spec, context):
+    def __init__(self, f, name, tree, arrays, rng, spec, context, forward):
+        self.spliced = None  # the nodes of f's outputs once spliced into a recorded backward
         self.f, self.name, self.tree, self.arrays, self.rng = f, name, tree, arrays, rng
         self.spec = spec  # what f returned: checked when it is recomputed
         self.context = context  # the loop step the call ran inside, if any
         self.checks = guard.checks(arrays) if guard.WATCHED else None
         self.seq = next_sequence()
+        self.forward = forward  # what the values it read held then: checked at recompute
+        self.kept = None  # what a policy kept of the first run (remat.selective.Kept)
+
+    def held_arrays(self):
+        """The arrays this call holds for its backward: its inputs and what its policy kept."""
+        arrays = list(self.arrays)
+        if self.kept is not None:
+            arrays += self.kept.arrays()
+        return arrays
 
     @property
     def nbytes(self):
-        return sum(backend.nbytes(a) for a in self.arrays)
+        """Bytes held for its backward (each array once): its inputs and the kept values."""
+        return sum(backend.nbytes(a) for a in {id(a): a for a in self.held_arrays()}.values())
 
-    def splice(self, nodes):
+    def reusing(self):
+        """The frame under which a recomputation reuses what was kept, or None."""
+        if self.kept is None:
+            return None
+        return Reusing(self.kept, self.name, ReplayError, self.full, self.forward.what_changed)
+
+    def splice(self, nodes, seq):
         """f evaluated again on its inputs themselves, recorded as ordinary records
         that hang off the inputs' own nodes: for a backward that is itself
         differentiated (rm.grad of rm.grad, rm.hvp), which then reverses them
-        like any other part of the graph.  Returns f's output leaf Tensors."""
+        like any other part of the graph.  The records are numbered just below
+        ``seq`` (the checkpoint's own record), where the computation they
+        recompute stood, so that a later sweep meets them after the checkpoint's
+        record, which hands them its cotangents (see _checkpoint_backward): f's
+        outputs then gather their cotangents in one place, as without
+        checkpointing, and second derivatives agree bit for bit.  Returns f's
+        output leaf Tensors."""
         inputs = [Tensor._from_record(a, node) for a, node in zip(self.arrays, nodes)]
         args, kwargs = unflatten(self.tree, inputs)
         rng = backend.random_state()
         backend.set_random_state(self.rng)
+        reusing = self.reusing()
+        recorder = Recorder()  # lists them (and hands them on to an open tape: rm.jvp's)
         try:
-            with enable_grad():
-                out = self.f(*args, **kwargs)
+            with recorder, enable_grad():
+                out = within(reusing, lambda: self.f(*args, **kwargs))
         finally:
             backend.set_random_state(rng)
+        if reusing is not None:
+            reusing.finish()
         out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
         self.check_replay(out_tree, out_arrays)
-        return flatten(out, is_value)[0]
+        outputs = flatten(out, is_value)[0]
+        if number_below(recorder.records, seq):
+            self.spliced = [t.node if isinstance(t, Tensor) else None for t in outputs]
+        return outputs
 
     def check_replay(self, out_tree, out_arrays):
         """Refuse a recomputation that does not give what the first run gave."""
@@ -157,7 +214,7 @@ class Call:
         if wrong is not None:
             raise ReplayError(
                 f"{self.name} was recomputed in backward and returned {wrong} than its first "
-                f"run. {REPLAY_CAUSES}"
+                f"run. {self.forward.what_changed() or REPLAY_CAUSES}"
             )
 
     def recompute(self, nodes, keep_records=False):
@@ -182,12 +239,18 @@ class Call:
         rng = backend.random_state()
         backend.set_random_state(self.rng)
         token = STEP.set(marker)
+        reusing = self.reusing()
         try:
-            out, floor, stop, records = tape_call(lambda: self.f(*args, **kwargs))
+            out, floor, stop, records = tape_call(
+                lambda: within(reusing, lambda: self.f(*args, **kwargs))
+            )
             out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
         finally:
             STEP.reset(token)
             backend.set_random_state(rng)
+        self.forward.refuse_changed(records, self.name)
+        if reusing is not None:
+            reusing.finish()
         self.check_replay(out_tree, out_arrays)
         outputs = [
             t if isinstance(t, Tensor) else Tensor._wrap(t) for t in flatten(out, is_value)[0]
@@ -198,10 +261,37 @@ class Call:
         return (step_tape, records) if keep_records else step_tape
 
 
+def number_below(records, seq):
+    """Give ``records`` (made just now, in order) sequence numbers between ``seq`` and
+    the latest record they read, in the same order; False (and nothing changed)
+    when no such room exists."""
+    own = {id(r) for r in records}
+    read = [
+        p.seq
+        for r in records
+        for p in r.parents or ()
+        if isinstance(p, Record) and id(p) not in own
+    ]
+    low = max([seq - 1, *read])
+    numbers = [low + (seq - low) * (k + 1) / (len(records) + 1) for k in range(len(records))]
+    if not all(low < a < b for a, b in zip(numbers, [*numbers[1:], seq])):
+        return False
+    for record, number in zip(records, numbers):
+        record.seq = number
+    return True
+
+
 def _checkpoint_backward(record, g, sweep):
     call, nodes = record.args[0], record.parents
+    if call.spliced is not None:  # recomputed into a recorded backward: cotangents go there
+        if not sweep.retain_graph:
+            record.release()
+        for node, gk in zip(call.spliced, g.parts):
+            if node and gk is not None:
+                sweep.add(node, gk)
+        return
     if sweep.create_graph:  # differentiated again: splice the recomputation into the graph
-        outputs = call.splice(nodes)
+        outputs = call.splice(nodes, record.seq)
         for t, gk in zip(outputs, g.parts):
             if t.node and gk is not None:
                 sweep.add(t.node, gk)

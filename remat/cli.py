@@ -132,7 +132,7 @@ def _output_options(command, figure):
         "--plot",
         metavar="FILE",
         type=_figure_path,
-        help=f"also write {figure} (.png if no extension)",
+        help=f"also write {figure} (.png if no extension; default: no figure)",
     )
 
 
@@ -175,7 +175,8 @@ def build_parser():
         metavar="BYTES",
         type=_size,
         help="draw the budget curve up to this many bytes (e.g. 2MiB, 512KiB, 3MB): time "
-        "against bytes for revolve, mixed and the optimal plan, measured and predicted",
+        "against bytes for revolve, mixed and the optimal plan, measured and predicted "
+        "(default: no budget curve)",
     )
     compare.add_argument(
         "--budgets",
@@ -191,12 +192,13 @@ def build_parser():
         "counted by schedules.simulate.",
     )
     schedule.add_argument(
-        "--steps", type=_count("--steps", 1, 10**7), required=True, help="loop length n"
+        "--steps", type=_count("--steps", 1, 10**7), required=True, help="loop length n (required)"
     )
     schedule.add_argument(
         "--snapshots",
         type=_count("--snapshots", 1, 10**4),
-        help="snapshot budget (required by revolve, periodic and online; refused by the others)",
+        help="snapshot budget (no default: required by revolve, periodic, online and mixed; "
+        "refused by store_all and sqrt)",
     )
     schedule.add_argument(
         "--schedule", default="revolve", choices=S.SCHEDULE_NAMES, help="which schedule"

@@ -16,9 +16,13 @@ array([[1., 1., 1.],
 from __future__ import annotations
 
 import operator
+from typing import TYPE_CHECKING
 
 from . import backend
 from .tensor import Tensor, _check_differentiable_dtype
+
+if TYPE_CHECKING:
+    from .typing import DTypeLike, Shape, TensorLike
 
 float64 = backend.float64
 
@@ -42,7 +46,12 @@ def _shape(name, shape):
         ) from None
 
 
-def zeros(shape, dtype=float64, device="cpu", requires_grad=False) -> Tensor:
+def zeros(
+    shape: Shape | Tensor,
+    dtype: DTypeLike = float64,
+    device: str = "cpu",
+    requires_grad: bool = False,
+) -> Tensor:
     """A tensor of the given shape filled with zeros (float64 unless ``dtype``).
 
     >>> import remat as rm
@@ -55,7 +64,12 @@ def zeros(shape, dtype=float64, device="cpu", requires_grad=False) -> Tensor:
     return _made(xp.zeros(_shape("zeros", shape), dtype=dtype), requires_grad)
 
 
-def ones(shape, dtype=float64, device="cpu", requires_grad=False) -> Tensor:
+def ones(
+    shape: Shape | Tensor,
+    dtype: DTypeLike = float64,
+    device: str = "cpu",
+    requires_grad: bool = False,
+) -> Tensor:
     """A tensor of the given shape filled with ones (float64 unless ``dtype``).
 
     >>> import remat as rm
@@ -67,7 +81,13 @@ def ones(shape, dtype=float64, device="cpu", requires_grad=False) -> Tensor:
     return _made(xp.ones(_shape("ones", shape), dtype=dtype), requires_grad)
 
 
-def full(shape, fill_value, dtype=None, device="cpu", requires_grad=False) -> Tensor:
+def full(
+    shape: Shape | Tensor,
+    fill_value: TensorLike,
+    dtype: DTypeLike | None = None,
+    device: str = "cpu",
+    requires_grad: bool = False,
+) -> Tensor:
     """A tensor of the given shape filled with ``fill_value``.
 
     As in NumPy the dtype is ``fill_value``'s unless given: ``full(2, 7)`` holds
@@ -102,7 +122,12 @@ def _like(name, a, dtype, device):
     return array.shape, dtype, device
 
 
-def zeros_like(a, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros_like(
+    a: TensorLike,
+    dtype: DTypeLike | None = None,
+    device: str | None = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """Zeros with the shape of ``a`` (a Tensor, array or list), and its dtype and
     device unless given.  The result is a new constant (or leaf), never linked to ``a``.
 
@@ -117,7 +142,12 @@ def zeros_like(a, dtype=None, device=None, requires_grad=False) -> Tensor:
     return zeros(shape, dtype, device, requires_grad)
 
 
-def ones_like(a, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones_like(
+    a: TensorLike,
+    dtype: DTypeLike | None = None,
+    device: str | None = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """Ones with the shape of ``a``, and its dtype and device unless given.
 
     >>> import remat as rm
@@ -128,7 +158,14 @@ def ones_like(a, dtype=None, device=None, requires_grad=False) -> Tensor:
     return ones(shape, dtype, device, requires_grad)
 
 
-def arange(start, stop=None, step=1, dtype=None, device="cpu", requires_grad=False) -> Tensor:
+def arange(
+    start: float | Tensor,
+    stop: float | Tensor | None = None,
+    step: float | Tensor = 1,
+    dtype: DTypeLike | None = None,
+    device: str = "cpu",
+    requires_grad: bool = False,
+) -> Tensor:
     """Evenly spaced values in [start, stop), as ``numpy.arange``.
 
     ``arange(n)`` counts 0 .. n-1 as integers; a float argument (or
@@ -147,7 +184,14 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu", requires_grad=Fal
     return _made(xp.arange(*numbers, dtype=dtype), requires_grad)
 
 
-def eye(N, M=None, k=0, dtype=float64, device="cpu", requires_grad=False) -> Tensor:  # noqa: N803
+def eye(  # noqa: N803 - NumPy's argument names
+    N: int,
+    M: int | None = None,
+    k: int = 0,
+    dtype: DTypeLike = float64,
+    device: str = "cpu",
+    requires_grad: bool = False,
+) -> Tensor:
     """An ``N`` x ``M`` matrix (``M`` defaults to ``N``) with ones on diagonal ``k``
     (0 the main diagonal, positive above it, negative below), as ``numpy.eye``.
 

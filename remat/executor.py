@@ -27,24 +27,37 @@ when it is recomputed.  The *replay check* verifies that every recomputed step
 gives what it gave the first time (structure, shapes and dtypes always; the
 values' fingerprints unless ``check_replay=False``).  Everything is counted
 as it happens: ``stats`` reports step evaluations, snapshots and bytes held.
+
+Second order (``rm.hvp``, ``rm.grad`` of ``rm.grad``): a backward that is
+itself differentiated gives the chain's gradient as one ``loop_adjoint``
+record, whose tangent and VJP run the chain again from x_0 under the same
+schedule with every state paired with its tangent (:class:`TangentRun`, at
+the end of this module).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
 from . import backend, guard, schedules
 from .functional import forward_sweep
+from .ops import TENSOR_NAMESPACE
 from .ops.core import Op
 from .pytree import flatten, unflatten
+from .selective import Reusing, Saving
 from .tape import (
     FORWARD_MODE,
     GRAD_ENABLED,
+    RECORDED_BACKWARD,
     STEP,
     BackwardError,
     EscapeError,
+    Leaf,
     Record,
     Recorder,
     StepRecord,
@@ -60,15 +73,47 @@ from .tensor import Tensor
 
 
 class LoopError(RuntimeError):
-    """A checkpointed loop could not run: a bad step, or a step that failed."""
+    """A checkpointed loop could not run: a bad step, or a step that failed.
+
+    >>> import remat as rm
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     try:
+    ...         tape.loop(lambda h: (h, h), rm.ones(1, requires_grad=True), steps=3)
+    ...     except rm.LoopError as error:
+    ...         print(type(error).__name__)
+    StepOutputError
+    """
 
 
 class StepOutputError(LoopError, TypeError, ValueError):
-    """A step returned a state of another structure, shape or dtype than it was given."""
+    """A step returned a state of another structure, shape or dtype than it was given.
+
+    >>> import remat as rm
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     try:
+    ...         tape.loop(lambda h: h.sum(), rm.ones(3, requires_grad=True), steps=3)
+    ...     except rm.StepOutputError as error:
+    ...         print(str(error).split(" of shape")[0])
+    tape.loop: step 0 returned a state with leaf 0
+    """
 
 
 class ReplayError(LoopError):
-    """A recomputed step (or checkpointed function) did not reproduce its first run."""
+    """A recomputed step (or checkpointed function) did not reproduce its first run.
+
+    >>> import remat as rm
+    >>> calls = []
+    >>> def step(h):  # depends on how often it ran: a recomputation differs
+    ...     calls.append(1)
+    ...     return h * float(len(calls))
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     h = tape.loop(step, rm.ones(1, requires_grad=True), steps=4)
+    >>> try:
+    ...     h.sum().backward()
+    ... except rm.ReplayError as error:
+    ...     print(type(error).__name__)
+    ReplayError
+    """
 
 
 REPLAY_CAUSES = (
@@ -95,6 +140,14 @@ class LoopStats:
     "measured" for this chain or "reused" from an earlier one, and
     ``predicted_seconds`` is the plan's time under the measured costs (with a
     measured overhead per action that runs steps).
+
+    >>> import remat as rm
+    >>> with rm.Tape(snapshots=4) as tape:
+    ...     h = tape.loop(lambda h: h * 0.9, rm.ones(8, requires_grad=True), steps=100)
+    >>> h.sum().backward()
+    >>> s = tape.stats
+    >>> s.steps, s.forward_steps, s.recomputed_steps, s.peak_snapshots, s.schedule
+    (100, 474, 374, 4, 'Revolve')
     """
 
     steps: int = 0
@@ -111,10 +164,12 @@ class LoopStats:
 
     @property
     def recomputed_steps(self) -> int:
+        """Step evaluations beyond the first of each step: ``forward_steps - steps``."""
         return self.forward_steps - self.steps
 
     @classmethod
-    def combine(cls, stats):
+    def combine(cls, stats: Iterable[LoopStats]) -> LoopStats:
+        """The counts of several chains added up (peaks: the largest), as ``tape.stats``."""
         stats = list(stats)
         return cls(
             steps=sum(s.steps for s in stats),
@@ -127,7 +182,7 @@ class LoopStats:
             memory=max((s.memory for s in stats if s.memory is not None), default=None),
             plan=", ".join(s.plan for s in stats if s.plan),
             predicted_seconds=(
-                sum(s.predicted_seconds for s in stats)
+                sum(s.predicted_seconds or 0.0 for s in stats)
                 if stats and all(s.predicted_seconds is not None for s in stats)
                 else None
             ),
@@ -190,7 +245,7 @@ class Holdings:
 # --- states as pytrees ---------------------------------------------------------
 
 
-def is_value(v) -> bool:
+def is_value(v: object) -> bool:
     """A pytree leaf the executor carries: a Tensor or an array (the rest is static)."""
     return isinstance(v, Tensor) or backend.is_array(v)
 
@@ -207,7 +262,7 @@ class Spec:
     def of(cls, tree, leaves):
         return cls(tree, tuple(a.shape for a in leaves), tuple(a.dtype for a in leaves))
 
-    def differs(self, other) -> str | None:
+    def differs(self, other: Spec) -> str | None:
         """How ``other`` differs from this spec, in words, or None."""
         if other.tree != self.tree:
             return f"structure {other.tree} instead of {self.tree}"
@@ -277,10 +332,12 @@ class StepSweep(Sweep):
 
     RECORD = StepRecord
 
-    def __init__(self, outer, step_tape):
-        super().__init__(outer.ns)
+    def __init__(self, outer, step_tape, create_graph=False):
+        super().__init__(outer.ns, create_graph=create_graph)
         self.outer = outer
         self.floor, self.stop = step_tape.floor, step_tape.stop
+        if create_graph:  # what the recorded backward splices in (rm.checkpoint's) is the step's
+            self.stop = float("inf")
         self.input_ids = {id(node): k for k, node in enumerate(step_tape.inputs)}
         self.input_grads = [None] * len(step_tape.inputs)
 
@@ -314,6 +371,67 @@ def tape_call(call, check_replay=True):
     return result, floor, stop, recorder.records
 
 
+class Forward:
+    """When a forward sweep that is recomputed later began: a sequence number, and
+    what the watched memory held then (:func:`remat.guard.remember`)."""
+
+    __slots__ = ("seq", "memory")
+
+    def __init__(self):
+        self.seq = next_sequence()
+        self.memory = guard.remember()
+
+    def what_changed(self) -> str | None:
+        """Why a recomputation may differ, if values changed after this forward sweep:
+        for a replay error (the steps that read them may have run untaped, unseen)."""
+        if guard.REBOUND[0] > self.seq:
+            return (
+                "A leaf tensor was given a new value after the forward sweep (`p -= ...` or "
+                "`p.data = ...`); a recomputation reads the new one. Update parameters after "
+                "backward."
+            )
+        changed = guard.changed_since_remembered(self.seq, self.memory)
+        if changed is not None:
+            return (
+                f"An array of shape {changed.shape} and dtype {changed.dtype} was changed in "
+                "place after the forward sweep (through .data, np.asarray(t), .numpy() or a "
+                "view of them); a recomputation reads the new values. Change values only after "
+                "backward."
+            )
+        return None
+
+    def refuse_changed(self, records, where):
+        """Refuse ``records`` (a recomputation) if one read a value that was changed
+        after this forward sweep: memory written through a handle (``p.data[...] =``),
+        or a leaf given a new value (``with rm.no_grad(): p -= ...``).  Free unless
+        something was handed out or rebound: the forward's saves were not checked."""
+        leaves_rebound = guard.REBOUND[0] > self.seq
+        if not (leaves_rebound or guard.WATCHED):
+            return
+        cache = {}
+        for record in records:
+            leaves = [n for n in record.parents if type(n) is Leaf]
+            for node in leaves:
+                if node.rebound > self.seq:
+                    raise BackwardError(
+                        f"backward through {where}: `{record.op.name}` (output shape "
+                        f"{record.shape}) reads a leaf tensor of shape {node.shape} that was "
+                        "given a new value after the forward sweep (`p -= ...` or `p.data = "
+                        "...`), so recomputing it would differentiate another function. "
+                        "Update parameters after backward."
+                    )
+            arrays = (*record.args, *(t._data for n in leaves if (t := n.tensor()) is not None))
+            k = guard.changed_since(arrays, self.seq, self.memory, cache) if guard.WATCHED else None
+            if k is not None:
+                raise BackwardError(
+                    f"backward through {where}: `{record.op.name}` (output shape "
+                    f"{record.shape}) reads an array of shape {arrays[k].shape} and dtype "
+                    f"{arrays[k].dtype} that was changed in place after the forward sweep "
+                    "(through .data, np.asarray(t), .numpy() or a view of them), so recomputing "
+                    "it would give wrong gradients. Change values only after backward."
+                )
+
+
 def retag(records):
     """Mark records made inside a step (or checkpointed function) as its own."""
     for record in records:
@@ -326,7 +444,10 @@ def saved_by(records, floor, inputs):
     input_ids = {id(node) for node in inputs}
     saved = []
     for record in records:
-        for a, node in zip(record.args, record.parents):
+        held = record.args
+        if record.op.custom_backward is not None:  # a checkpoint's record holds its Call
+            held = getattr(record.args[0], "arrays", held)
+        for a, node in zip(held, record.parents):
             inside = node is None or (
                 node.seq >= floor if isinstance(node, Record) else id(node) in input_ids
             )
@@ -334,6 +455,9 @@ def saved_by(records, floor, inputs):
                 saved.append(a)
         if record.ans is not None:
             saved.append(record.ans)
+        kept = getattr(record.args[0], "kept", None) if held is not record.args else None
+        if kept is not None:  # what a checkpoint's policy kept
+            saved.extend(kept.arrays())
     return saved
 
 
@@ -402,18 +526,29 @@ def _select(k, width, shape):
 
 def refuse_twice(what):
     return BackwardError(
-        f"{what} can be reversed once and not differentiated twice: its snapshots are "
-        "released by its backward (retain_graph and nested rm.grad are not supported "
-        "through it yet). rm.grad(f)(p) records its backward when p requires grad (for "
-        "gradient penalties); for a plain gradient pass p.detach() or an array"
+        f"{what} was run outside rm.grad, rm.jvp and rm.hvp, so it kept no copy of its "
+        "initial state, and it can be reversed only once: its backward releases its "
+        "snapshots, and reversing it again (retain_graph=True, or a backward that is itself "
+        "differentiated) runs the schedule again from x_0. Run the chain inside the "
+        "function you differentiate (rm.hvp(f, ...), rm.grad(rm.grad(f)), or rm.grad(f)(p) "
+        "with p requiring grad), where it keeps x_0"
     )
 
 
 def _chain_backward(record, g, sweep):
-    if sweep.create_graph or sweep.retain_graph:  # refuse before anything is released
-        raise refuse_twice("a checkpointed tape.loop / chain / scan")
     run = record.args[0]
-    record.release()
+    again = sweep.create_graph or sweep.retain_graph or run.reversed
+    if again and run.start is None:  # refuse before anything is released
+        raise refuse_twice("this checkpointed tape.loop / chain / scan")
+    if sweep.create_graph:  # the backward is itself to be differentiated
+        recorded_backward(run, g, sweep)
+        return
+    if not sweep.retain_graph:
+        record.release()
+    if run.reversed:  # reversed before: the schedule runs again from x_0
+        run = run.again()
+        run.run_forward(again=True)
+    run.reversed = True
     run.backward(g, sweep)
 
 
@@ -422,7 +557,7 @@ def _chain_tangent(record, tangents):
     recorded and swept forward with its inputs' tangents (and those of the
     values the steps close over), so memory stays one step's tape."""
     run = record.args[0]
-    if run.tangent_start is None:
+    if run.start is None:
         raise NotImplementedError(
             "rm.jvp: this checkpointed chain was run outside rm.jvp, so it did not keep "
             "its initial state"
@@ -471,12 +606,20 @@ class Chain:
 class ChainRun:
     """One execution of a chain: the schedule's actions, carried out."""
 
+    HANDLERS: ClassVar[dict[Any, Callable[..., Any]]]  # action type -> its method (below)
+
     def __init__(self, tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps):
         self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
+        self.like = (*x0, *chain.xs, None)[0]  # zeros go where the inputs are (a state may be ())
         self.context = STEP.get()  # the step this chain runs inside, if any: its values may be used
         # store-all never evaluates a step twice: nothing to compare
         self.check_replay = tape.check_replay
-        self.check_values = tape.check_replay and not isinstance(schedule, schedules.StoreAll)
+        # x_0, kept when the chain may run again: for rm.jvp, or for a backward that is
+        # recorded (rm.hvp, rm.grad of rm.grad), which runs it with tangents (TangentRun)
+        keep = FORWARD_MODE.get() or RECORDED_BACKWARD.get()
+        self.check_values = tape.check_replay and (
+            keep or not isinstance(schedule, schedules.StoreAll)
+        )
         self.full = tape.check_replay == "full"
         self.chain = chain
         self.schedule = schedule
@@ -484,7 +627,7 @@ class ChainRun:
         self.specs = {0: spec0}  # position -> Spec of x_position, learned going forward
         # a loop over one Tensor: call_step takes a short path (bench_loop's tiny steps)
         self.short = chain.step is not None and spec0.tree.kind == "leaf"
-        self.floating = backend.is_floating(spec0.dtypes[0])
+        self.floating = self.short and backend.is_floating(spec0.dtypes[0])
         self.devices = tuple(backend.device_of(a) for a in x0)
         self.until = until
         self.max_steps = max_steps
@@ -493,14 +636,19 @@ class ChainRun:
         self.position = 0
         self.evaluating = None  # the step being evaluated, for error messages
         self.current = (x0, backend.random_state())  # (arrays, rng state) of x_position
-        self.tangent_start = self.current if FORWARD_MODE.get() else None  # for rm.jvp
+        self.start = self.current if keep else None
+        self.reversed = False  # whether a backward ran (a second one starts from x_0)
+        self.loops = tape.loops  # the tape's LoopStats: runs again add theirs
+        self.byte_limit = getattr(tape, "byte_limit", None)
         self.slots = {}  # (level, slot) -> (step, arrays, rng state, guard checks, seq)
         self.tapes = {}  # step index -> StepTape
         self.reached = 0  # how many steps have been evaluated at least once
+        self.forward = Forward()  # replaced when the forward sweep starts
         self.first = array("L")  # step i -> fingerprint of its outputs the first time it ran
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
-        self.held = Holdings(getattr(tape, "byte_limit", None))  # Tape(memory=): its budget
+        self.held = Holdings(self.byte_limit)  # Tape(memory=): its budget
+        self.keeping = None  # a KeepingRun's: step index -> what its first run kept
         self.cotangent = None  # of x_position during the reverse sweep
         self.ys_cotangent = None
         self.xs_grads = None
@@ -643,9 +791,10 @@ class ChainRun:
             raise self.replay_error(i, wrong)
 
     def replay_error(self, i, wrong):
+        cause = self.forward.what_changed()
         return ReplayError(
             f"{self.chain.name(i)} was recomputed from its stored input and returned "
-            f"{wrong} than its first run. {REPLAY_CAUSES}"
+            f"{wrong} than its first run. {cause or REPLAY_CAUSES}"
         )
 
     def expect_position(self, action, index):
@@ -676,9 +825,12 @@ class ChainRun:
         arrays, rng = self.current
         backend.set_random_state(rng)
         for i in range(action.start, action.stop):
+            recomputed = i < self.reached
             (arrays, inputs, outputs), floor, stop, records = tape_call(
                 lambda: self.call_step(i, arrays, taped=True), self.check_replay
             )
+            if recomputed:
+                self.forward.refuse_changed(records, self.chain.name(i))
             saved = saved_by(records, floor, inputs)
             self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
             self.held.hold(saved)
@@ -758,29 +910,41 @@ class ChainRun:
         self.held.release(arrays)
 
     def reverse(self, action):
-        chain = self.chain
         for i in range(action.stop - 1, action.start - 1, -1):
             step_tape = self.tapes.pop(i)
-            seeds = list(self.cotangent)
-            if chain.has_ys:
-                seeds += [None if g is None else g[i] for g in self.ys_cotangent]
-            grads = reverse_step(self.outer_sweep, step_tape, seeds)
-            spec = self.spec_at(i)
-            width = len(spec.shapes)
-            like = step_tape.outputs[0]._data
-            self.cotangent = [
-                g if g is not None else backend.zeros(s, d, like=like)
-                for g, s, d in zip(grads[:width], spec.shapes, spec.dtypes)
-            ]
-            for k, g in enumerate(grads[width:]):
-                if g is not None:
-                    buffer = self.xs_grads[k]
-                    if buffer is None:  # in the cotangents' dtype: the leaf casts once, at the end
-                        xs = chain.xs[k]
-                        buffer = self.xs_grads[k] = backend.zeros(xs.shape, g.dtype, like=xs)
-                    buffer[i] += g if g.shape == buffer.shape[1:] else g.reshape(buffer.shape[1:])
+            grads = reverse_step(self.outer_sweep, step_tape, self.seeds(i, self.cotangent))
+            self.cotangent = self.gather(i, grads, self.xs_grads, step_tape)
             self.held.release(step_tape.saved)
+            if self.keeping is not None and i in self.keeping:
+                self.held.release(self.keeping.pop(i).arrays())
         self.position = None
+
+    def seeds(self, i, state, ys=None):
+        """What step i's outputs are seeded with in reverse: the cotangent of x_{i+1}
+        (``state``), then row i of the ys' cotangents (of ``self.ys_cotangent``)."""
+        if not self.chain.has_ys:
+            return list(state)
+        ys = self.ys_cotangent if ys is None else ys
+        return list(state) + [None if g is None else g[i] for g in ys]
+
+    def gather(self, i, grads, xs_grads, step_tape):
+        """From the cotangents of step i's inputs (``grads``): add xs[i]'s into row i of
+        ``xs_grads`` (a buffer per xs leaf, made when a first one arrives), and
+        return x_i's (zeros where none arrived)."""
+        spec = self.spec_at(i)
+        width = len(spec.shapes)
+        for k, g in enumerate(grads[width:]):
+            if g is not None:
+                buffer = xs_grads[k]
+                if buffer is None:  # in the cotangents' dtype: the leaf casts once, at the end
+                    xs = self.chain.xs[k]
+                    buffer = xs_grads[k] = backend.zeros(xs.shape, g.dtype, like=xs)
+                buffer[i] += g if g.shape == buffer.shape[1:] else g.reshape(buffer.shape[1:])
+        like = step_tape.outputs[0]._data if step_tape.outputs else self.like
+        return [
+            g if g is not None else backend.zeros(s, d, like=like)
+            for g, s, d in zip(grads[:width], spec.shapes, spec.dtypes)
+        ]
 
     # -- the two sweeps --
     def mark(self):
@@ -789,12 +953,17 @@ class ChainRun:
             self.stats.timeline.append((self.stats.forward_steps, self.held.bytes))
 
     def carry_out(self, action):
-        HANDLERS[type(action)](self, action)
+        self.HANDLERS[type(action)](self, action)
         self.mark()
 
-    def run_forward(self):
-        """Carry out the schedule up to EndForward; return x_n's arrays and the ys."""
+    def run_forward(self, again=False):
+        """Carry out the schedule up to EndForward; return x_n's arrays and the ys.
+
+        A run ``again`` (see :meth:`again`) gathers no ys, and its recomputed
+        steps are checked against the values of the first run's forward sweep."""
         start = time.perf_counter()
+        if not again:
+            self.forward = Forward()
         for action in self.actions:
             if type(action) is schedules.EndForward:
                 break
@@ -805,7 +974,7 @@ class ChainRun:
             self.stats.steps = self.position
         self.stats.peak_bytes = self.held.peak
         ys = ()
-        if self.chain.has_ys:
+        if self.chain.has_ys and not again:
             n = self.stats.steps
             ys = tuple(
                 backend.xp.stack([self.ys[i][k] for i in range(n)])
@@ -842,24 +1011,26 @@ class ChainRun:
                         f"{type(error).__name__} while being recomputed in backward "
                         f"({action}): {error}"
                     ) from error
-            for k, node in enumerate(self.x0_nodes):
-                if node is not None:
-                    sweep.add(node, self.cotangent[k])
-            for node, g, xs in zip(self.chain.xs_nodes, self.xs_grads, self.chain.xs):
-                if node is not None:
-                    sweep.add(
-                        node, g if g is not None else backend.zeros(xs.shape, xs.dtype, like=xs)
-                    )
+            self.deliver(sweep, self.cotangent, self.xs_grads)
         finally:
             self.stats.seconds += time.perf_counter() - start
             backend.set_random_state(rng_after_forward)
             self.release()
 
+    def deliver(self, sweep, state, xs_grads):
+        """Hand the cotangents of x_0's leaves (``state``) and of xs to ``sweep``."""
+        for k, node in enumerate(self.x0_nodes):
+            if node is not None:
+                sweep.add(node, state[k])
+        for node, g, xs in zip(self.chain.xs_nodes, xs_grads, self.chain.xs):
+            if node is not None:
+                sweep.add(node, g if g is not None else backend.zeros(xs.shape, xs.dtype, like=xs))
+
     def tangents(self, nodes, tangents):
         """The tangents of the chain's outputs (x_n's leaves, then the stacked ys),
         from those of its inputs (``nodes``: x_0's, then xs'), by running the steps
         again from x_0 (for rm.jvp; see _chain_tangent)."""
-        arrays, rng = self.tangent_start
+        arrays, rng = self.start
         width0, n = len(self.x0_nodes), self.stats.steps
         t_state = [tangents.get(id(node)) if node else None for node in nodes[:width0]]
         t_xs = [tangents.get(id(node)) if node else None for node in nodes[width0:]]
@@ -868,42 +1039,112 @@ class ChainRun:
         y_tangents = []
         try:
             for i in range(n):
-                (arrays_next, inputs, outputs), _, _, records = tape_call(
-                    lambda: self.call_step(i, arrays, taped=True)
-                )
-                seeds = dict(tangents)
-                step_tangents = t_state + [None if t is None else t[i] for t in t_xs]
-                for node, t in zip(inputs, step_tangents):
-                    if node and t is not None:
-                        seeds[id(node)] = t
-                inner = forward_sweep(records, seeds)
-                out = [inner.get(id(o.node)) if o.node else None for o in outputs]
-                out = [
-                    t if t is not None else backend.zeros(o.shape, o.dtype, like=o._data)
-                    for t, o in zip(out, outputs)
-                ]
-                t_state, arrays = out[: len(arrays_next)], arrays_next
-                y_tangents.append(out[len(arrays_next) :])
+                arrays, out, *_ = self.step_with_tangents(i, arrays, t_state, t_xs, tangents)
+                t_state = out[: len(arrays)]
+                y_tangents.append(out[len(arrays) :])
         finally:
             backend.set_random_state(outer_rng)
             self.stats.forward_steps = counted  # these evaluations are jvp's, not the loop's
         stacked = [backend.xp.stack(column) for column in zip(*y_tangents)] if y_tangents else []
         return t_state + (stacked if self.chain.has_ys else [])
 
+    def step_with_tangents(self, i, arrays, t_state, t_xs, tangents):
+        """Tape step i on x_i's ``arrays`` and sweep its records forward from the
+        tangents of x_i (``t_state``), of xs (``t_xs``, whole) and of the values
+        it closes over (``tangents``: id(node) -> tangent).  Returns x_{i+1}'s
+        arrays, the tangents of x_{i+1}'s and y_i's leaves (zeros where none
+        flows), the step's StepTape, and the tangents of its records."""
+        # chains inside the step keep x_0: they are swept forward (and maybe reversed
+        # with a recorded backward) in turn
+        forward, recorded = FORWARD_MODE.set(True), RECORDED_BACKWARD.set(True)
+        try:
+            (arrays_next, inputs, outputs), floor, stop, records = tape_call(
+                lambda: self.call_step(i, arrays, taped=True), self.check_replay
+            )
+        finally:
+            RECORDED_BACKWARD.reset(recorded)
+            FORWARD_MODE.reset(forward)
+        self.forward.refuse_changed(records, self.chain.name(i))  # every step here is a rerun
+        seeds = dict(tangents)
+        step_tangents = list(t_state) + [None if t is None else t[i] for t in t_xs]
+        for node, t in zip(inputs, step_tangents):
+            if node and t is not None:
+                seeds[id(node)] = t
+        inner = forward_sweep(records, seeds)
+        out = [tangent_of(o, inner) for o in outputs]
+        step_tape = StepTape(inputs, outputs, floor, stop, saved_by(records, floor, inputs))
+        return arrays_next, out, step_tape, records, inner
+
+    def again(self, kind=None):
+        """A fresh run of the same schedule from x_0 (kept in ``start``), to reverse
+        the chain once more, or (``kind=TangentRun``) to run it with tangents.
+        Its counts are listed on the tape after the first run's."""
+        run = copy.copy(self)
+        run.__class__ = kind or ChainRun
+        run.actions = iter(self.schedule)
+        run.online_forward = hasattr(run.actions, "finish")
+        run.until, run.max_steps = None, self.stats.steps  # the length is known now
+        run.current, run.position = self.start, 0
+        run.slots, run.tapes, run.ys = {}, {}, {}
+        run.keeping = None  # a policy's kept values went with the first backward: recompute
+        run.held = Holdings(None if kind else self.byte_limit)
+        run.cotangent = run.ys_cotangent = run.xs_grads = run.outer_sweep = None
+        what = "with tangents" if kind else "again"
+        run.stats = LoopStats(
+            schedule=f"{type(self.schedule).__name__} {what}",
+            snapshots=self.schedule.snapshots,
+            timeline=[(0, 0)] if self.stats.timeline is not None else None,
+        )
+        self.loops.append(run.stats)
+        return run
+
     def release(self):
         """Drop every snapshot and step tape (after backward, or on an error)."""
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.held.peak)
         self.slots.clear()
         self.tapes.clear()
-        self.first = array("L")
+        if self.keeping:
+            self.keeping.clear()
+        if self.start is None:  # else kept: runs again are checked against them
+            self.first = array("L")
         self.held = Holdings()
         self.current = (None, None)
         self.cotangent = self.outer_sweep = self.ys_cotangent = self.xs_grads = None
 
 
+class KeepingRun(ChainRun):
+    """A ChainRun under ``rm.Tape(policy=)`` (:mod:`remat.selective`): the first run of
+    each step keeps what the policy chooses, held (and counted) until the step is
+    reversed, and every later run of the step reuses it."""
+
+    def __init__(self, tape, *args):
+        super().__init__(tape, *args)
+        self.policy = tape.recompute
+        self.keeping = {}
+
+    def call_step(self, i, arrays, taped):
+        first = i == self.reached
+        kept = self.keeping.get(i)
+        if first:
+            frame = Saving(self.policy, self.check_values, self.full)
+        elif kept is not None:
+            why = self.forward.what_changed
+            frame = Reusing(kept, self.chain.name(i), ReplayError, self.full, why)
+        else:  # reversed already (a jvp after backward): nothing kept to reuse
+            return super().call_step(i, arrays, taped)
+        with frame:
+            result = super().call_step(i, arrays, taped)
+        if first:
+            kept = self.keeping[i] = frame.kept()  # released when step i is reversed
+            self.held.hold(kept.arrays())
+        else:
+            frame.finish()
+        return result
+
+
 # What carries out each action (a table of plain functions: bound methods kept on
 # the run would make a reference cycle, and hold the run until the cyclic GC).
-HANDLERS = {
+HANDLERS: dict[Any, Callable[..., Any]] = {
     schedules.Advance: ChainRun.advance,
     schedules.Tape: ChainRun.tape_steps,
     schedules.Reverse: ChainRun.reverse,
@@ -912,9 +1153,359 @@ HANDLERS = {
     schedules.Restore: ChainRun.restore,
     schedules.Free: ChainRun.free,
 }
+ChainRun.HANDLERS = HANDLERS
 
 
-def fingerprint_all(arrays, full=False) -> int:
+# --- second order: a recorded backward, and the chain run with tangents -------------
+#
+# When the backward through a chain is itself to be differentiated (rm.hvp is rm.jvp of
+# rm.grad; rm.grad of rm.grad), the gradient is computed as always (the same schedule on
+# the same arrays) and handed on as the outputs of one `loop_adjoint` record.  For a
+# tangent of that record (forward over reverse) the chain runs again from x_0 under the
+# same schedule carrying tangents: the state is (x_i, its tangent) wherever it goes,
+# snapshots included, and each reversed step's backward is recorded and swept forward
+# (the tangent of its VJP).  The record's own VJP (reverse over reverse) is that same
+# run, by the symmetry of second derivatives: for A(z, g) = J(z)^T g (z the chain's
+# inputs and the values its steps close over), the VJP of A at w is J w for g, and
+# d/dz (g . J(z) w) = the tangent of A along z' = w for z.  Either way memory stays
+# that of the schedule, with states and step tapes twice as large.
+
+
+class Totals:
+    """Where a chain's backward hands its cotangents (instead of an outer sweep): their
+    sums by node, in the order the nodes were first reached."""
+
+    def __init__(self, ns):
+        self.ns = ns
+        self.sums = {}  # id(node) -> [node, sum]
+
+    def add(self, node, g):
+        entry = self.sums.get(id(node))
+        if entry is None:
+            self.sums[id(node)] = [node, g]
+        else:
+            entry[1] = entry[1] + g
+
+    def get(self, node):
+        entry = self.sums.get(id(node))
+        return None if entry is None else entry[1]
+
+
+class Arrivals:
+    """What a recorded step backward hands outside the step, (node, Tensor) in order."""
+
+    def __init__(self):
+        self.ns = TENSOR_NAMESPACE
+        self.items = []
+
+    def add(self, node, g):
+        self.items.append((node, g))
+
+
+def tangent_of(t, tangents):
+    """The tangent of Tensor ``t`` in ``tangents`` (id(node) -> tangent), or zeros."""
+    found = tangents.get(id(t.node)) if t.node else None
+    return found if found is not None else backend.zeros(t.shape, t.dtype, like=t._data)
+
+
+def zeros_for(parts, spec, like):
+    """``parts`` with zeros (of ``spec``'s shapes and dtypes) where one is None."""
+    return [
+        p if p is not None else backend.zeros(s, d, like=like)
+        for p, s, d in zip(parts, spec.shapes, spec.dtypes)
+    ]
+
+
+def tangents_read(records, tangents, step_tape):
+    """The tangents a recorded backward of a step's ``records`` reads: those of the
+    values their VJPs read (the inputs and outputs they saved), so a taped step
+    holds one tangent per array it saves; all of ``tangents`` when a record is a
+    chain or a checkpoint, whose rules read what their functions close over.
+    Returns (id(node) -> tangent, the tangents of the step's own values)."""
+    inputs = {id(node) for node in step_tape.inputs}
+
+    def own(node):
+        return node.seq >= step_tape.floor if isinstance(node, Record) else id(node) in inputs
+
+    if any(record.op.custom_tangent is not None for record in records):
+        kept = tangents
+        nodes = [*records, *step_tape.inputs]
+    else:
+        kept = {}
+        nodes = []
+        for record in records:
+            for node, a in zip(record.parents, record.args):
+                if node and a is not None:
+                    nodes.append(node)
+            if record.ans is not None:
+                nodes.append(record)
+        for node in nodes:
+            t = tangents.get(id(node))
+            if t is not None:
+                kept[id(node)] = t
+    held = []
+    for node in nodes:
+        t = kept.get(id(node)) if node and own(node) else None
+        if isinstance(t, list):  # a chain's or checkpoint's: its outputs' tangents
+            held.extend(t)
+        elif t is not None:
+            held.append(t)
+    return kept, held
+
+
+class TangentStepTape(StepTape):
+    """A step tape that also holds the tangents of the step's records."""
+
+    __slots__ = ("tangents",)
+
+
+class TangentRun(ChainRun):
+    """The chain run again from x_0 under its schedule, every state with its tangent.
+
+    ``current`` and every snapshot hold x_i's leaves then their tangents' (so
+    Snapshot, Restore and Free are the first-order actions).  Advance and Tape
+    run each step taped and swept forward; a taped step keeps the tangents of
+    its records; Reverse records each step's backward and sweeps it forward
+    from those tangents and the tangent of the cotangent.  ``outer`` holds the
+    tangents of the values the steps close over; ``y_tangents`` collects the
+    tangents of the ys when ``collect_ys``.
+    """
+
+    def begin(self, tangents, collect_ys):
+        """Start from x_0 with the tangents of its leaves (and xs') in ``tangents``."""
+        self.outer = tangents
+        self.collect_ys = collect_ys and self.chain.has_ys
+        self.y_tangents = {}
+        x0, rng = self.start
+        t0 = [tangents.get(id(node)) if node else None for node in self.x0_nodes]
+        self.t_xs = [tangents.get(id(node)) if node else None for node in self.chain.xs_nodes]
+        self.current = (tuple(x0) + tuple(zeros_for(t0, self.specs[0], self.like)), rng)
+        self.devices = self.devices + self.devices  # a tangent lives where its leaf does
+
+    def step_forward(self, i, state):
+        """Step i on (x_i, its tangent): (x_{i+1}, its tangent), the step tape, its records."""
+        width = len(self.spec_at(i).shapes)
+        t_in = state[width:]
+        arrays, out, step_tape, records, inner = self.step_with_tangents(
+            i, state[:width], t_in, self.t_xs, self.outer
+        )
+        width = len(arrays)
+        if self.collect_ys and i not in self.y_tangents:
+            self.y_tangents[i] = out[width:]
+        kept, own = tangents_read(records, inner, step_tape)
+        step_tape = TangentStepTape(
+            step_tape.inputs,
+            step_tape.outputs,
+            step_tape.floor,
+            step_tape.stop,
+            step_tape.saved + own,
+        )
+        step_tape.tangents = kept
+        return tuple(arrays) + tuple(out[:width]), step_tape
+
+    def advance(self, action):
+        self.expect_position(action, action.start)
+        state, rng = self.current
+        backend.set_random_state(rng)
+        for i in range(action.start, action.stop):
+            state = self.step_forward(i, state)[0]
+            self.mark()
+        self.current = (state, backend.random_state())
+        self.position = action.stop
+
+    def tape_steps(self, action):
+        self.expect_position(action, action.start)
+        state, rng = self.current
+        backend.set_random_state(rng)
+        for i in range(action.start, action.stop):
+            state, step_tape = self.step_forward(i, state)
+            self.tapes[i] = step_tape
+            self.held.hold(step_tape.saved)
+            self.mark()
+            if self.online_forward and self.stop_online(i + 1, state):
+                break
+        self.current = (state, backend.random_state())
+        self.position = i + 1
+
+    def reverse(self, action):
+        for i in range(action.stop - 1, action.start - 1, -1):
+            step_tape = self.tapes.pop(i)
+            grads, grad_tangents = self.reverse_with_tangents(
+                step_tape,
+                self.seeds(i, self.cotangent),
+                self.seeds(i, self.cotangent_tangent, self.ys_cotangent_tangent),
+            )
+            self.cotangent = self.gather(i, grads, self.xs_grads, step_tape)
+            self.cotangent_tangent = self.gather(i, grad_tangents, self.xs_tangents, step_tape)
+            self.held.release(step_tape.saved)
+        self.position = None
+
+    def reverse_with_tangents(self, step_tape, seeds, seed_tangents):
+        """Backpropagate ``seeds`` through the step, recording the backward (as a
+        nested rm.grad does), then sweep that recording forward from the tangents
+        of the step's records and of the seeds.  Returns the cotangents of the
+        step's inputs and their tangents; the tangents of the cotangents it
+        hands outside (to closed-over values) go to the outer sweep, in order."""
+        arrivals = Arrivals()
+        recorder = Recorder(forwards=False)
+        tangents = dict(self.outer)
+        tangents.update(step_tape.tangents)
+        with recorder, enable_grad():
+            sweep = StepSweep(arrivals, step_tape, create_graph=True)
+            for t, g, dg in zip(step_tape.outputs, seeds, seed_tangents):
+                if t.node and g is not None:
+                    seed = Tensor._stand_in(g)
+                    tangents[id(seed.node)] = (
+                        dg if dg is not None else backend.zeros(g.shape, g.dtype, like=g)
+                    )
+                    sweep.add(t.node, seed)
+            sweep.run()
+        tangents = forward_sweep(recorder.records, tangents)
+        for node, g in arrivals.items:
+            self.outer_sweep.add(node, tangent_of(g, tangents))
+        grads = [None if g is None else g._data for g in sweep.input_grads]
+        return grads, [None if g is None else tangent_of(g, tangents) for g in sweep.input_grads]
+
+    def reverse_from(self, cotangent, tangent, sink):
+        """The reverse sweep from the cotangent of the outputs and its tangent."""
+        final = self.spec_at(self.stats.steps)
+        width = len(final.shapes)
+        self.cotangent_tangent = zeros_for(tangent[:width], final, self.like)
+        self.ys_cotangent_tangent = [
+            t if t is not None or g is None else backend.zeros(g.shape, g.dtype, like=g)
+            for t, g in zip(tangent[width:], cotangent.parts[width:])
+        ]
+        self.xs_tangents = [None] * len(self.chain.xs)
+        self.backward(cotangent, sink)
+
+    def deliver(self, sweep, state, xs_grads):
+        super().deliver(sweep, self.cotangent_tangent, self.xs_tangents)
+
+    def release(self):
+        super().release()
+        self.outer = self.y_tangents = self.cotangent_tangent = None
+        self.ys_cotangent_tangent = self.xs_tangents = None
+
+
+TangentRun.HANDLERS = {
+    **HANDLERS,
+    schedules.Advance: TangentRun.advance,
+    schedules.Tape: TangentRun.tape_steps,
+    schedules.Reverse: TangentRun.reverse,
+}
+
+
+class Adjoint:
+    """What a `loop_adjoint` record keeps: the chain's run, the cotangent of its
+    outputs it was reversed with, and the nodes whose cotangents it gave."""
+
+    __slots__ = ("run", "cotangent", "nodes")
+
+    def __init__(self, run, cotangent, nodes):
+        self.run, self.cotangent, self.nodes = run, cotangent, nodes
+
+    def with_tangents(self, tangents, cotangent_tangents, collect_outputs=False):
+        """Run the chain again with tangents: ``tangents`` (id(node) -> tangent) for
+        x_0, xs and what the steps close over, ``cotangent_tangents`` for the
+        cotangent.  Returns (the tangents of the chain's outputs when
+        ``collect_outputs``, else None; those of the gradient, per node)."""
+        run = self.run.again(TangentRun)
+        outer_rng = backend.random_state()
+        try:
+            run.begin(tangents, collect_outputs)
+            final, _ = run.run_forward(again=True)
+            outputs = None
+            if collect_outputs:
+                width = len(run.spec_at(run.stats.steps).shapes)
+                outputs = list(final[width:])
+                if run.chain.has_ys:
+                    n = run.stats.steps
+                    outputs += [
+                        backend.xp.stack([run.y_tangents[i][k] for i in range(n)])
+                        for k in range(len(run.ys_spec.shapes))
+                    ]
+            sums = Totals(backend.ARRAY_NAMESPACE)
+            run.reverse_from(StateCotangent(list(self.cotangent), None), cotangent_tangents, sums)
+        finally:
+            backend.set_random_state(outer_rng)
+            run.release()
+        gradient = []
+        for node in self.nodes:
+            t = sums.get(node)
+            if t is None:
+                raise LoopError(
+                    f"{run.chain.owner}: run again with tangents, its backward reached no "
+                    f"cotangent for a {node!r} that the first backward reached"
+                )
+            gradient.append(t)
+        return outputs, gradient
+
+
+def recorded_backward(run, g, sweep):
+    """The chain's backward for a sweep that records its own: the gradient as in a
+    first-order backward, given to ``sweep`` as outputs of one `loop_adjoint` record."""
+    parts = [None if p is None else p._data for p in g.parts]
+    first = run
+    if run.reversed:
+        first = run.again()
+        first.run_forward(again=True)
+    run.reversed = True
+    sums = Totals(backend.ARRAY_NAMESPACE)
+    first.backward(StateCotangent(parts, g.shape), sums)
+    nodes = [node for node, _ in sums.sums.values()]
+    values = [total for _, total in sums.sums.values()]
+    cotangent_nodes = tuple(None if p is None else p.node or None for p in g.parts)
+    adjoint = Adjoint(run, parts, nodes)
+    outputs = outputs_of(
+        ADJOINT, (adjoint,), cotangent_nodes + tuple(nodes), values, tuple(v.shape for v in values)
+    )
+    for node, t in zip(nodes, outputs):
+        sweep.add(node, t)
+
+
+def _adjoint_tangent(record, tangents):
+    """Forward over reverse (rm.hvp): the tangent of the chain's gradient."""
+    adjoint = record.args[0]
+    width = len(adjoint.cotangent)
+    cotangent_tangents = [
+        tangents.get(id(node)) if node else None for node in record.parents[:width]
+    ]
+    return adjoint.with_tangents(tangents, cotangent_tangents)[1]
+
+
+def _adjoint_backward(record, g, sweep):
+    """Reverse over reverse (rm.grad of rm.grad): the VJP of the gradient at ``g``."""
+    if sweep.create_graph:
+        raise BackwardError(
+            "a third derivative through a checkpointed tape.loop / chain / scan is not "
+            "supported: the backward of its gradient (reverse over reverse) is computed, "
+            "not recorded. Second order (rm.hvp, rm.grad of rm.grad) works"
+        )
+    adjoint = record.args[0]
+    width = len(adjoint.cotangent)
+    direction = {id(node): w for node, w in zip(adjoint.nodes, g.parts) if w is not None}
+    outputs, gradient = adjoint.with_tangents(direction, [None] * width, collect_outputs=True)
+    cotangent_nodes = record.parents[:width]
+    if not sweep.retain_graph:
+        record.release()
+    for node, t in zip(cotangent_nodes, outputs):
+        if node is not None:
+            sweep.add(node, t)
+    for node, t in zip(adjoint.nodes, gradient):
+        sweep.add(node, t)
+
+
+ADJOINT = Op(
+    "loop_adjoint",
+    None,
+    (),
+    None,
+    custom_backward=_adjoint_backward,
+    custom_tangent=_adjoint_tangent,
+)
+
+
+def fingerprint_all(arrays: Iterable[Any], full: bool = False) -> int:
     """One fingerprint of all of ``arrays``, in order (see backend.replay_fingerprint)."""
     value = 0
     for a in arrays:
@@ -937,7 +1528,10 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
                 "the real and imaginary parts as two real leaves"
             )
     spec0 = Spec.of(tree0, x0)
-    run = ChainRun(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
+    # rm.Tape(policy=): the steps keep values for their recomputations (store-all has none)
+    keeps = getattr(tape, "recompute", None) is not None
+    kind = KeepingRun if keeps and not isinstance(schedule, schedules.StoreAll) else ChainRun
+    run = kind(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
     try:
         final, ys = run.run_forward()
     except BaseException:

@@ -9,26 +9,41 @@ called on Tensors that are themselves being differentiated (inside another
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 from . import backend
 from .ops import astype, identity
 from .pytree import flatten, unflatten
 from .tape import (
     FORWARD_MODE,
     GRAD_DEPTH,
+    GRAD_ENABLED,
+    RECORDED_BACKWARD,
     STEP,
     BackwardError,
     Recorder,
     backward_to,
     enable_grad,
-    grad_enabled,
     next_sequence,
     no_grad,
 )
 from .tensor import DTypeError, Tensor, as_leaf_dtype, own_gradients
 
+if TYPE_CHECKING:
+    from .typing import PyTree, TensorLike
+
 
 class GradcheckError(AssertionError):
-    """An analytic gradient disagrees with central finite differences."""
+    """An analytic gradient disagrees with central finite differences.
+
+    >>> import numpy as np, remat as rm
+    >>> try:  # x.detach() hides half of the dependence from the gradient
+    ...     rm.gradcheck(lambda x: (x.detach() * x).sum(), np.array([1.0, 2.0]))
+    ... except rm.GradcheckError as error:
+    ...     print("caught:", str(error).split(":")[0])
+    caught: gradcheck of <lambda>
+    """
 
 
 def _check_scalar(out, f):
@@ -43,7 +58,9 @@ def _check_scalar(out, f):
         )
 
 
-def value_and_grad(f, argnums=0):
+def value_and_grad(
+    f: Callable[..., Tensor], argnums: int | Sequence[int] = 0
+) -> Callable[..., tuple[Tensor, Any]]:
     """``g(*args) -> (f(*args), gradient)``; the gradient is a tuple if ``argnums`` is.
 
     An argument differentiated may be a pytree (nested tuples, lists, dicts) of
@@ -55,9 +72,14 @@ def value_and_grad(f, argnums=0):
     ``rm.grad``, or on Tensors that require gradients, the backward is itself
     recorded and the gradients are Tensors, so they can be differentiated in
     turn (``rm.grad(rm.grad(f))``, gradient penalties).
+
+    >>> import numpy as np, remat as rm
+    >>> value, g = rm.value_and_grad(lambda x: (x * x).sum())(np.array([1.0, 2.0]))
+    >>> float(value), g
+    (5.0, array([2., 4.]))
     """
     single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
     def value_and_grad_f(*args):
         for n in nums:
@@ -72,8 +94,9 @@ def value_and_grad(f, argnums=0):
             )
         depth = GRAD_DEPTH.get()
         # Under no_grad nothing is recorded: a plain gradient (never zeros from
-        # unrecorded inputs), also inside an untaped loop step.
-        nested = grad_enabled() and (depth > 0 or any(_requires_grad(a) for a in args))
+        # unrecorded inputs), also inside an untaped loop step (GRAD_ENABLED is
+        # UNTAPED there, which grad_enabled() reports as on).
+        nested = bool(GRAD_ENABLED.get()) and (depth > 0 or any(_requires_grad(a) for a in args))
         inputs = [  # arrays are copied: the caller's array stays theirs
             Tensor(a) if i not in positions and backend.is_array(a) else a
             for i, a in enumerate(args)
@@ -93,10 +116,13 @@ def value_and_grad(f, argnums=0):
         target_nodes = [t.node for t in targets]  # now: f may rebind its arguments (x *= 2)
         floor = next_sequence()  # records made from here on are this call's own
         token = GRAD_DEPTH.set(depth + 1)
+        # A recorded backward may be differentiated again: checkpointed chains keep x_0
+        recorded = RECORDED_BACKWARD.set(nested)
         try:
             with enable_grad():  # rm.grad differentiates even inside rm.no_grad()
                 out = f(*inputs)
         finally:
+            RECORDED_BACKWARD.reset(recorded)
             GRAD_DEPTH.reset(token)
         _check_scalar(out, f)
         seed = backend.ones_like(out._data)
@@ -147,8 +173,19 @@ def _target(n, a, nested, where="rm.grad"):
     return Tensor._stand_in(data)
 
 
-def grad(f, argnums=0):
-    """The gradient of scalar-valued ``f`` with respect to argument(s) ``argnums``."""
+def grad(f: Callable[..., Tensor], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
+    """The gradient of scalar-valued ``f`` with respect to argument(s) ``argnums``.
+
+    The result has the structure of those arguments: an array for an array, a
+    dict for a dict of parameters, a tuple when ``argnums`` is a tuple.
+
+    >>> import numpy as np, remat as rm
+    >>> df = rm.grad(lambda x, y: (x * y).sum(), argnums=(0, 1))
+    >>> df(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    (array([3., 4.]), array([1., 2.]))
+    >>> rm.grad(lambda p: (p["w"] * 2.0).sum())({"w": np.ones(2)})
+    {'w': array([2., 2.])}
+    """
     vg = value_and_grad(f, argnums)
 
     def grad_f(*args):
@@ -158,11 +195,21 @@ def grad(f, argnums=0):
     return grad_f
 
 
-def gradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
+def gradcheck(
+    f: Callable[..., Tensor],
+    *inputs: TensorLike,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+) -> bool:
     """Compare rm.grad(f) with central differences, in float64, for every input.
 
     Returns True, or raises :class:`GradcheckError` naming the input, the worst
     element and both values.
+
+    >>> import numpy as np, remat as rm
+    >>> rm.gradcheck(lambda x: rm.sin(x).sum(), np.array([0.5, 1.0]))
+    True
     """
     arrays = [
         backend.asarray(a.data if isinstance(a, Tensor) else a, dtype=backend.float64)
@@ -214,7 +261,9 @@ def _value(f, arrays):
 # --- forward mode -------------------------------------------------------------------
 
 
-def jvp(f, primals, tangents):
+def jvp(
+    f: Callable[..., PyTree], primals: tuple[PyTree, ...], tangents: tuple[PyTree, ...]
+) -> tuple[PyTree, PyTree]:
     """``(f(*primals), J v)``: the value of ``f`` and its directional derivative along
     ``tangents``, by forward mode (as ``jax.jvp``).
 
@@ -225,7 +274,15 @@ def jvp(f, primals, tangents):
     sweep beside the reverse one.  Results are arrays, in ``f``'s output
     structure.  ``rm.checkpoint`` recomputes its function with tangents, and
     a checkpointed loop, chain or scan runs its steps again from x_0 with
-    theirs (one state of memory more, not the whole chain).
+    theirs (one state of memory more, not the whole chain).  A backward
+    recorded inside ``f`` (``rm.grad`` of a chain: :func:`hvp`) is swept
+    forward too: the chain runs again under its schedule carrying tangents
+    (see :class:`remat.executor.TangentRun`).
+
+    >>> import numpy as np, remat as rm
+    >>> value, slope = rm.jvp(lambda x: x * x, (np.array([3.0]),), (np.array([1.0]),))
+    >>> value, slope
+    (array([9.]), array([6.]))
     """
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
         raise TypeError("rm.jvp: primals and tangents must be tuples (one entry per argument)")
@@ -272,6 +329,7 @@ def forward_sweep(records, seeds):
     made, from ``seeds`` (id(leaf node) -> tangent)."""
     ns = backend.ARRAY_NAMESPACE
     tangents = dict(seeds)
+    get = tangents.get
     for record in records:
         parents = record.parents
         if parents is None:
@@ -280,28 +338,52 @@ def forward_sweep(records, seeds):
         if op.custom_tangent is not None:  # a chain or checkpoint: its outputs' tangents,
             tangents[id(record)] = op.custom_tangent(record, tangents)  # closed-over ones too
             continue
-        incoming = [(i, tangents.get(id(node))) for i, node in enumerate(parents) if node]
-        incoming = [(i, t) for i, t in incoming if t is not None]
-        if not incoming:
-            continue
-        if op.jvps is None:
-            raise NotImplementedError(
-                f"rm.jvp: forward mode through `{op.name}` (a checkpointed loop, chain or "
-                "scan) is not supported yet"
-            )
-        kw = record.kwargs or {}
-        total = None
-        for i, t in incoming:
-            part = op.jvps[i](ns, t, record.ans, *record.args, **kw)
+        rules, kw, total = op.jvps, record.kwargs, None
+        i = -1
+        for node in parents:  # each input's tangent through its rule, summed
+            i += 1
+            if node is None:
+                continue
+            t = get(id(node))
+            if t is None:
+                continue
+            if rules is None:
+                raise _no_tangent_rule(op)
+            if kw:
+                part = rules[i](ns, t, record.ans, *record.args, **kw)
+            else:
+                part = rules[i](ns, t, record.ans, *record.args)
             total = part if total is None else total + part
+        if total is None:
+            continue
         if total.shape != record.shape:
             total = ns.broadcast_to(total, record.shape)
         tangents[id(record)] = total
     return tangents
 
 
-def hvp(f, primals, tangents):
+def _no_tangent_rule(op):
+    return NotImplementedError(
+        f"rm.jvp: forward mode through `{op.name}` is not supported: the op has no "
+        "tangent rule (jvps=) in the op table"
+    )
+
+
+def hvp(f: Callable[..., Tensor], primals: tuple[PyTree, ...], tangents: tuple[PyTree, ...]) -> Any:
     """The Hessian of scalar ``f`` times ``tangents``, forward over reverse: the
-    JVP of ``rm.grad(f)`` (so the Hessian is never formed)."""
+    JVP of ``rm.grad(f)`` (so the Hessian is never formed).
+
+    Through a checkpointed loop, chain or scan the gradient is computed as
+    always, and its tangent by running the chain again under the same
+    schedule with (state, tangent) in every snapshot: the same step
+    evaluations as the gradient's run, twice its bytes (``tape.stats`` lists
+    that run as "<Schedule> with tangents").  The results are those of
+    store-all bit for bit under every schedule.
+
+    >>> import numpy as np, remat as rm
+    >>> x, v = np.array([1.0, 2.0]), np.array([1.0, 0.0])
+    >>> rm.hvp(lambda x: (x ** 3).sum(), (x,), (v,))  # diag(6x) v, one per primal
+    (array([6., 0.]),)
+    """
     argnums = tuple(range(len(primals)))
     return jvp(grad(f, argnums=argnums), primals, tangents)[1]

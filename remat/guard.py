@@ -26,14 +26,20 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 from . import backend
 
-WATCHED = {}
+WATCHED: dict[int, Watch] = {}
 """id(memory owner) -> Watch, for every array handed out that is still alive."""
 
 OLDEST = [-1]
 """[s]: saves made before sequence number s may rely on a Watch's first fingerprint."""
+
+REBOUND = [-1]
+"""[s]: the sequence number of the latest new value given to a user's leaf tensor
+(``with rm.no_grad(): p -= ...``, ``p.data = a``); each Leaf keeps its own."""
 
 
 class Watch:
@@ -52,7 +58,7 @@ class Watch:
 _lock = threading.Lock()
 
 
-def expose(array, next_sequence) -> None:
+def expose(array: Any, next_sequence: Callable[[], int]) -> None:
     """Note that the user now holds a writable handle to ``array``'s memory."""
     owner = backend.memory_owner(array)
     watch = WATCHED.get(id(owner))
@@ -63,6 +69,83 @@ def expose(array, next_sequence) -> None:
     with _lock:  # several threads may expose at once: OLDEST only grows
         WATCHED[id(owner)] = Watch(owner, seq, fingerprint)
         OLDEST[0] = max(OLDEST[0], seq)
+
+
+def rebound(next_sequence: Callable[[], int]) -> int:
+    """Note that a leaf tensor gets a new array now; returns the sequence number."""
+    seq = next_sequence()
+    with _lock:
+        REBOUND[0] = max(REBOUND[0], seq)
+    return seq
+
+
+def remember():
+    """Fingerprints of all watched memory now, ``{id(owner): (ref, fingerprint)}``,
+    or None when nothing is watched (the common case: free).
+
+    A computation that will be recomputed in backward (``rm.checkpoint``, a
+    checkpointed chain) saves nothing in its forward sweep, so the saves'
+    fingerprints cannot tell it what the memory held then.  It keeps this
+    instead, and :func:`changed_since` compares when it is recomputed.
+    """
+    if not WATCHED:
+        return None
+    with _lock:
+        watches = list(WATCHED.values())
+    remembered = {}
+    for watch in watches:
+        owner = watch.owner()
+        if owner is not None:
+            remembered[id(owner)] = (watch.owner, backend.fingerprint(owner))
+    return remembered
+
+
+def changed_since(arrays, seq, remembered, cache):
+    """The index of the first of ``arrays`` whose memory was written after sequence
+    number ``seq`` (when ``remember()`` gave ``remembered``), or None.
+
+    Memory watched then is compared with its fingerprint then; memory handed out
+    later, with the fingerprint taken when it was handed out (nobody could write
+    it before).  ``cache`` remembers owners found intact.
+    """
+    for i, a in enumerate(arrays):
+        if not backend.is_array(a):
+            continue
+        owner = backend.memory_owner(a)
+        key = id(owner)
+        watch = WATCHED.get(key)
+        if watch is None or watch.owner() is not owner or cache.get(key) is owner:
+            continue
+        then = remembered.get(key) if remembered is not None else None
+        if then is not None and then[0]() is owner:
+            expected = then[1]  # watched at seq: its value then
+        else:  # handed out after seq (remember() saw every owner watched at seq)
+            expected = watch.fingerprint
+        if backend.fingerprint(owner) != expected:
+            return i
+        cache[key] = owner
+    return None
+
+
+def changed_since_remembered(seq, remembered):
+    """One watched owner whose value changed since ``remember()`` gave ``remembered``
+    at sequence number ``seq`` (or was handed out after it and changed since), or None."""
+    with _lock:
+        watches = list(WATCHED.values())
+    for watch in watches:
+        owner = watch.owner()
+        if owner is None:
+            continue
+        then = remembered.get(id(owner)) if remembered is not None else None
+        if then is not None and then[0]() is owner:
+            expected = then[1]
+        elif watch.seq > seq:
+            expected = watch.fingerprint
+        else:
+            continue
+        if backend.fingerprint(owner) != expected:
+            return owner
+    return None
 
 
 def checks(arrays):

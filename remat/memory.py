@@ -37,7 +37,14 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
    are in ``reverse_time`` (2-3% of it on remat's residual MLP at widths 16
    and 256, measured in CPU time).
 
-The plan is cached, keyed by the functions (the objects themselves), the
+Under ``rm.Tape(memory=..., policy=...)`` the chain's steps keep what the
+policy chooses (:mod:`remat.selective`), each from its first run until it is
+reversed: all of it is held at the end of the forward sweep.  Those bytes
+are measured (:func:`measure_kept`) and the plan made in what is left of the
+budget, so the peak stays within it.  The measured times are those of steps
+without reuse, so the prediction overestimates what recomputations cost.
+
+The plan is cached, keyed by the functions (the objects themselves), the policy, the
 shapes and dtypes of the state (and of ``xs``), the length and the budget, so
 that a training loop taking a new Tape each iteration measures once.
 ``tape.stats.plan`` says "measured" or "reused"; ``clear_plans()`` empties the
@@ -73,7 +80,11 @@ from fractions import Fraction
 from numbers import Integral
 
 from . import backend, schedules
-from .executor import HANDLERS, ChainRun, Holdings, Spec, leaves_of
+from .executor import HANDLERS, ChainRun, Holdings, KeepingRun, Spec, leaves_of
+
+# The public names: what a user of Tape(memory=) may call.  The rest serve
+# remat.budget (measure, plan, run) and are documented for readers of the code.
+__all__ = ["CACHE_SIZE", "clear_plans", "parse_bytes"]
 
 CACHE_SIZE = 32
 BLOCK_LIMIT = 200  # heterogeneous chains longer than this are planned over this many blocks
@@ -95,13 +106,17 @@ _UNITS = {
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
 
 
-def parse_bytes(value, where="Tape") -> int:
+def parse_bytes(value: int | str, where: str = "Tape") -> int:
     """A budget in bytes: an int, or a string such as ``"512 KiB"``, ``"64 MiB"``, ``"2 GB"``.
 
     Units: ``B``; ``kB``, ``MB``, ``GB``, ``TB`` (powers of 1000); ``KiB``,
     ``MiB``, ``GiB``, ``TiB`` (powers of 1024); case is ignored.  A number
     without a unit is bytes.  A fraction of a byte is dropped (``"1.5 kB"``
     is 1500; ``"0.5 B"`` is refused: a budget is at least one byte).
+
+    >>> from remat.memory import parse_bytes
+    >>> parse_bytes('64 MiB'), parse_bytes('1.5 kB'), parse_bytes(4096)
+    (67108864, 1500, 4096)
     """
     if isinstance(value, bool) or not isinstance(value, (Integral, str)):
         raise TypeError(
@@ -111,7 +126,7 @@ def parse_bytes(value, where="Tape") -> int:
     if isinstance(value, str):
         match = _SIZE.fullmatch(value)
         unit = match and _UNITS.get(match.group(2).lower() or "b")
-        if not unit:
+        if not match or not unit:
             raise ValueError(
                 f"{where}: memory={value!r} is not a size; write a number and a unit, "
                 "e.g. '512 KiB', '64 MiB', '2 GB' (units: B, kB, MB, GB, TB, KiB, MiB, "
@@ -375,7 +390,8 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
                 sizes = [_nbytes(x0)] * (steps + 1), [refused.held] * steps
                 raise _refused(chain, memory, 0, refused.held, *sizes, alike=True) from None
             peak = tape_bytes
-            span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, memory // tape_bytes))
+            fit = memory // tape_bytes if tape_bytes else SPAN  # a step may save nothing
+            span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, fit))
             f_times, r_times, f_one, r_one = [], [], [], []
             for _ in range(repeats):
                 run.current = start
@@ -423,6 +439,28 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
         run.current, run.position = start, 0
         overhead.update(_time_slots(run, state_bytes[0], memory, repeats))
         return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak, overhead
+    finally:
+        run.release()
+        backend.set_random_state(rng)
+
+
+def measure_kept(tape, chain, state, steps, alike):
+    """The bytes ``tape``'s policy (``rm.Tape(policy=)``) keeps over the whole chain.
+
+    Each step's first run keeps its values until the step is reversed, and every
+    step runs once in the forward sweep before the first is reversed: at that
+    moment all are held, beside the plan's slots and tapes.  Measured by running
+    the steps untaped once under the policy (``alike``: step 0, taken for all).
+    """
+    x0, x0_nodes, tree = leaves_of(state, "the initial state")
+    rng = backend.random_state()
+    run = KeepingRun(  # keeping as under a schedule that recomputes
+        tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
+    )
+    run.held = Holdings()
+    try:
+        run.advance(schedules.Advance(0, 1 if alike else steps))
+        return run.held.bytes * (steps if alike else 1)
     finally:
         run.release()
         backend.set_random_state(rng)
@@ -513,8 +551,22 @@ def fitting_slots(name, costs, memory, snapshots=None, form="Tape"):
 _PLANS: OrderedDict = OrderedDict()
 
 
-def clear_plans():
-    """Forget every cached plan (the next chain under a budget is measured again)."""
+def clear_plans() -> None:
+    """Forget every cached plan (the next chain under a budget is measured again).
+
+    >>> import remat as rm
+    >>> from remat.memory import clear_plans
+    >>> step = lambda h: rm.tanh(h)
+    >>> def run():
+    ...     with rm.Tape(memory='1 MiB') as tape:
+    ...         tape.loop(step, rm.ones(64, requires_grad=True), steps=10)
+    ...     return tape.stats.plan
+    >>> run(), run()
+    ('measured', 'reused')
+    >>> clear_plans()
+    >>> run()
+    'measured'
+    """
     _PLANS.clear()
 
 
@@ -537,6 +589,7 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         memory,
         name,
         snapshots,
+        tape.recompute,
     )
     try:
         entry = _PLANS.get(key)
@@ -546,10 +599,24 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         _PLANS.move_to_end(key)
         return (*entry, "reused")
     costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike)
-    if name == "optimal":
-        schedule = plan_optimal(costs, memory, chain.owner)
-    else:
-        schedule = fitting_slots(name, costs, memory, snapshots, chain.owner)
+    kept = 0 if tape.recompute is None else measure_kept(tape, chain, state, steps, alike)
+    room = memory - kept  # what the slots and tapes may hold beside the policy's values
+    try:
+        if room < 1:
+            raise ValueError("nothing is left for the plan")
+        if name == "optimal":
+            schedule = plan_optimal(costs, room, chain.owner)
+        else:
+            schedule = fitting_slots(name, costs, room, snapshots, chain.owner)
+    except ValueError as error:
+        if not kept:
+            raise
+        raise ValueError(
+            f"{chain.owner}: memory={memory} bytes is too small with policy "
+            f"{tape.recompute!r}: it keeps {kept} bytes over the chain's steps (each step's "
+            f"values from its first run until it is reversed), which leaves {room} bytes "
+            f"for the plan's slots and tapes: {error}"
+        ) from None
     predicted = predicted_time(schedule, costs, overhead)
     if key is not None:
         _PLANS[key] = (schedule, costs, predicted)

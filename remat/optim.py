@@ -25,16 +25,36 @@ attributes: change ``opt.lr`` between steps for a learning-rate schedule.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import backend
 from .pytree import flatten
 from .tape import no_grad
 from .tensor import Tensor
 
+if TYPE_CHECKING:
+    from .typing import PyTree
+
 
 class Optimizer:
-    """What SGD and Adam share: the parameters (flattened, each once), ``zero_grad``, ``step``."""
+    """What SGD and Adam share: the parameters (flattened, each once), ``zero_grad``, ``step``.
 
-    def __init__(self, params, lr):
+    A new optimizer defines ``_delta(k, p, g)``, the array to subtract from
+    parameter ``k`` (``p``, with gradient array ``g``); ``self.state[k]`` keeps
+    its buffers between steps.
+
+    >>> import remat as rm
+    >>> class SignDescent(rm.optim.Optimizer):
+    ...     def _delta(self, k, p, g):
+    ...         return self.lr * (g > 0) - self.lr * (g < 0)
+    >>> w = rm.tensor([3.0, -3.0], requires_grad=True)
+    >>> opt = SignDescent([w], lr=0.5)
+    >>> (w * w).sum().backward(); opt.step()
+    >>> w
+    tensor([ 2.5, -2.5], requires_grad=True)
+    """
+
+    def __init__(self, params: PyTree, lr: float) -> None:
         leaves = flatten(params, lambda v: isinstance(v, Tensor))[0]
         name = type(self).__name__
         if not leaves:
@@ -42,7 +62,7 @@ class Optimizer:
                 f"rm.optim.{name}: params holds no Tensor; pass a Tensor, or a list, tuple or "
                 "dict (nested as you like) of the Tensors to train"
             )
-        unique = {}
+        unique: dict[int, Tensor] = {}
         for k, p in enumerate(leaves):
             if not (p.requires_grad and p.is_leaf):
                 what = "is the output of an op" if not p.is_leaf else "does not require grad"
@@ -53,7 +73,8 @@ class Optimizer:
             unique.setdefault(id(p), p)  # a tensor named twice in the tree is updated once
         self.params = list(unique.values())
         self.lr = _positive(name, "lr", lr)
-        self.state = [None] * len(self.params)  # per parameter: the buffers, made at its first step
+        # per parameter: the buffers, made at its first step
+        self.state: list[Any] = [None] * len(self.params)
 
     def zero_grad(self) -> None:
         """Set every parameter's ``.grad`` to None (the next backward starts afresh)."""
@@ -101,7 +122,7 @@ class SGD(Optimizer):
     -0.9
     """
 
-    def __init__(self, params, lr, momentum=0.0):
+    def __init__(self, params: PyTree, lr: float, momentum: float = 0.0) -> None:
         super().__init__(params, lr)
         self.momentum = _positive("SGD", "momentum", momentum, allow_zero=True)
 
@@ -128,7 +149,13 @@ class Adam(Optimizer):
     tensor([ 0.9, -0.9], requires_grad=True)
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
+    def __init__(
+        self,
+        params: PyTree,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
         super().__init__(params, lr)
         try:
             b1, b2 = betas

@@ -35,13 +35,15 @@ then moved up to level ``k' + s[a]``.  The two tables take
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 _INF = np.inf
 
 
-def _prefix(values) -> np.ndarray:
+def _prefix(values: Sequence[float]) -> np.ndarray:
     return np.concatenate(([0.0], np.cumsum(np.asarray(values, dtype=np.float64))))
 
 
@@ -63,7 +65,9 @@ def _shift_down(rows: np.ndarray, shifts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _diagonal(table: np.ndarray, first: tuple, count: int, span: int, step_axis: int):
+def _diagonal(
+    table: np.ndarray, first: tuple[int, int], count: int, span: int, step_axis: int
+) -> np.ndarray:
     """The view ``v[a, i, :] = table[first[0] + a + (i if step_axis == 0 else 0),
     first[1] + a + (i if step_axis == 1 else 0), :]`` of shape ``(count, span, K+1)``."""
     s0, s1, s2 = table.strides
@@ -89,7 +93,15 @@ class SplitTable:
     are never chosen in (their plan is the block's).
     """
 
-    def __init__(self, state_units, tape_units, budget, forward, reverse, leaves=None) -> None:
+    def __init__(
+        self,
+        state_units: Sequence[int],
+        tape_units: Sequence[int],
+        budget: int,
+        forward: Sequence[float],
+        reverse: Sequence[float],
+        leaves: Sequence[np.ndarray] | None = None,
+    ) -> None:
         n = len(tape_units)
         K1 = int(budget) + 1
         self.n, self.budget = n, int(budget)
@@ -155,7 +167,15 @@ class LengthTable:
     ``O(n^2 K / 2)`` additions.
     """
 
-    def __init__(self, steps, state_units, tape_units, budget, forward, reverse) -> None:
+    def __init__(
+        self,
+        steps: int,
+        state_units: int,
+        tape_units: int,
+        budget: int,
+        forward: float,
+        reverse: float,
+    ) -> None:
         n, K1 = int(steps), int(budget) + 1
         self.n, self.budget = n, int(budget)
         self.s, self.t = s, t = int(state_units), int(tape_units)
@@ -191,7 +211,11 @@ class LengthTable:
         return 1 + int(np.flatnonzero(split == target)[0])
 
 
-def least_peaks(state_bytes, tape_bytes, leaves=None) -> float:
+def least_peaks(
+    state_bytes: Sequence[float],
+    tape_bytes: Sequence[float],
+    leaves: Sequence[float] | None = None,
+) -> float:
     """The least peak bytes of any split schedule (the same programme for the peak).
 
     ``P(a, a+1) = t[a]`` and ``P(a, b) = min(t[a] + P(a+1, b), min over a < j < b

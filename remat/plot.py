@@ -14,7 +14,16 @@ Install with ``pip install "remat[plot]"``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
 from . import schedules as S
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from .budget import Tape
 
 
 def _pyplot():
@@ -42,17 +51,25 @@ def _axes(ax, figsize=(8, 4.5)):
     return ax.figure, ax
 
 
-def trace_schedule(schedule, steps=None):
+def trace_schedule(
+    schedule: S.Schedule, steps: int | None = None
+) -> list[tuple[str, int, int, int, int]]:
     """The schedule as drawable segments: a list of (kind, time0, time1, pos0, pos1).
 
     ``time`` counts step evaluations and reversals, one unit each; ``kind`` is
     advance, tape, reverse, snapshot, restore, disk snapshot or disk restore.
     Online schedules need ``steps``.
+
+    >>> from remat.schedules import Revolve
+    >>> from remat.plot import trace_schedule
+    >>> trace_schedule(Revolve(steps=3, snapshots=2))[:3]
+    [('snapshot', 0, 0, 0, 0), ('advance', 0, 1, 0, 1), ('snapshot', 1, 1, 1, 1)]
     """
     actions = iter(schedule)
     online = hasattr(actions, "finish")
     n = steps if steps is not None else schedule.steps
-    segments, time, position = [], 0, 0
+    segments: list[tuple[str, int, int, int, int]] = []
+    time = position = 0
     for action in actions:
         kind = type(action).__name__.lower()
         if isinstance(action, (S.Advance, S.Tape)):
@@ -61,7 +78,7 @@ def trace_schedule(schedule, steps=None):
             time += width
             position = action.stop
             if online and position == n and isinstance(action, S.Tape):
-                actions.finish(n)
+                getattr(actions, "finish")(n)  # an online run learns its length here
         elif isinstance(action, S.Reverse):
             width = action.stop - action.start
             segments.append((kind, time, time + width, action.stop, action.start))
@@ -75,7 +92,7 @@ def trace_schedule(schedule, steps=None):
     return segments
 
 
-STYLE = {
+STYLE: dict[str, dict[str, Any]] = {
     "advance": dict(color="tab:blue", lw=1.2),
     "tape": dict(color="tab:green", lw=3),
     "reverse": dict(color="tab:red", lw=3),
@@ -92,8 +109,21 @@ STYLE = {
 }
 
 
-def schedule_diagram(schedule, steps=None, ax=None, title=None):
-    """Draw a schedule: time (step evaluations) across, step index up."""
+def schedule_diagram(
+    schedule: S.Schedule,
+    steps: int | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Draw a schedule: time (step evaluations) across, step index up.
+
+    >>> from remat.schedules import Revolve
+    >>> from remat.plot import schedule_diagram
+    >>> fig = schedule_diagram(Revolve(steps=20, snapshots=3))
+    >>> fig.axes[0].get_title()
+    'Revolve(steps=20, snapshots=3): 65 evaluations, 3 snapshots at most'
+    >>> fig.savefig('revolve.png')  # doctest: +SKIP
+    """
     fig, ax = _axes(ax)
     seen = set()
     for kind, t0, t1, p0, p1 in trace_schedule(schedule, steps):
@@ -105,7 +135,8 @@ def schedule_diagram(schedule, steps=None, ax=None, title=None):
     sim = S.simulate(schedule, steps=steps)
     ax.set_xlabel("time (step evaluations and reversals)")
     ax.set_ylabel("step index")
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    # the y axis has a MaxNLocator, whose set_params takes integer= (Locator's does not)
+    ax.yaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
     disk = sim.writes[S.DISK] + sim.reads[S.DISK]
     counts = f"{sim.forward_steps} evaluations, {sim.peak_snapshots} snapshots at most"
     if disk:  # a second line: the disk I/O
@@ -118,10 +149,20 @@ def schedule_diagram(schedule, steps=None, ax=None, title=None):
     return fig
 
 
-def memory_timeline(tape, ax=None, label=None, color=None):
+def memory_timeline(
+    tape: Tape, ax: Axes | None = None, label: str | None = None, color: Any = None
+) -> Figure:
     """Bytes the tape's loops held, over their step evaluations (needs ``trace=True``).
 
     ``color`` (any matplotlib colour) draws every loop of the tape in it.
+
+    >>> import remat as rm
+    >>> from remat.plot import memory_timeline
+    >>> with rm.Tape(snapshots=3, trace=True) as tape:
+    ...     h = tape.loop(lambda h: rm.tanh(h), rm.ones(100, requires_grad=True), steps=20)
+    >>> h.sum().backward()
+    >>> memory_timeline(tape).axes[0].get_ylabel()
+    'MiB held by the loop'
     """
     fig, ax = _axes(ax)
     for stats in tape.loops:
@@ -136,11 +177,18 @@ def memory_timeline(tape, ax=None, label=None, color=None):
     return fig
 
 
-def budget_curve(steps, budgets, state_bytes=None, ax=None):
+def budget_curve(
+    steps: int, budgets: Iterable[int], state_bytes: int | None = None, ax: Axes | None = None
+) -> Figure:
     """Revolve's forward steps (and memory) against the snapshot budget.
 
     Each point is simulated; the line is the binomial optimum
     ``optimal_forward_steps(steps, s)``, so the two coincide.
+
+    >>> from remat.plot import budget_curve
+    >>> fig = budget_curve(100, range(1, 11), state_bytes=8 * 2**20)
+    >>> len(fig.axes)  # forward steps, and memory on a twin axis
+    2
     """
     fig, ax = _axes(ax)
     budgets = list(budgets)

@@ -22,7 +22,9 @@ their type, so namedtuples come back as namedtuples.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,7 +33,15 @@ class TreeDef:
 
     Two dicts with the same keys in another insertion order have equal
     TreeDefs (their leaves flatten alike); a static value that is not equal to
-    itself (NaN) compares by identity.
+    itself (NaN) compares by identity, and objects of a class that defines no
+    ``==`` of its own (a fresh one each call) by their class.
+
+    >>> import remat as rm
+    >>> is_float = lambda v: isinstance(v, float)
+    >>> _, a = rm.pytree.flatten({"x": 1.0, "y": (2.0, 3.0)}, is_float)
+    >>> _, b = rm.pytree.flatten({"y": (5.0, 6.0), "x": 4.0}, is_float)
+    >>> a == b, a.leaves, str(a)
+    (True, 3, "{'x': Tensor, 'y': (Tensor, Tensor)}")
     """
 
     kind: object  # "leaf", "static", or the container type (tuple subclass, list, dict)
@@ -49,6 +59,8 @@ class TreeDef:
         if self.kind != "static":
             return True
         a, b = self.meta, other.meta
+        if type(a) is type(b) and type(a).__eq__ is object.__eq__:
+            return True  # no value to compare: the class is the structure
         return a is b or bool(a == b) or (a != a and b != b)  # NaN is NaN here
 
     def __hash__(self):
@@ -80,9 +92,18 @@ def _sort_key(key):
     return (type(key).__name__, repr(key)) if not isinstance(key, str) else ("", key)
 
 
-def flatten(tree, is_leaf):
-    """``(leaves, treedef)``: the leaves of ``tree`` (values for which ``is_leaf`` holds)."""
-    leaves = []
+def flatten(tree: Any, is_leaf: Callable[[Any], bool]) -> tuple[list[Any], TreeDef]:
+    """``(leaves, treedef)``: the leaves of ``tree`` (values for which ``is_leaf`` holds).
+
+    >>> import remat as rm
+    >>> is_tensor = lambda v: isinstance(v, rm.Tensor)
+    >>> leaves, tree = rm.pytree.flatten([rm.ones(2), {'b': rm.zeros(1), 'a': 'static'}], is_tensor)
+    >>> leaves
+    [tensor([1., 1.]), tensor([0.])]
+    >>> tree.leaves
+    2
+    """
+    leaves: list[Any] = []
     return leaves, _flatten(tree, is_leaf, leaves)
 
 
@@ -100,8 +121,14 @@ def _flatten(tree, is_leaf, leaves):
     return TreeDef("static", (), tree)
 
 
-def unflatten(treedef, leaves):
-    """The tree of shape ``treedef`` holding ``leaves`` (in flatten's order)."""
+def unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> Any:
+    """The tree of shape ``treedef`` holding ``leaves`` (in flatten's order).
+
+    >>> import remat as rm
+    >>> leaves, tree = rm.pytree.flatten((1.0, [2.0]), lambda v: isinstance(v, float))
+    >>> rm.pytree.unflatten(tree, [x * 10 for x in leaves])
+    (10.0, [20.0])
+    """
     leaves = list(leaves)
     if len(leaves) != treedef.leaves:
         raise ValueError(f"unflatten: {treedef} has {treedef.leaves} leaves, got {len(leaves)}")

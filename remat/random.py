@@ -18,14 +18,27 @@ Shapes are given as ``shape=`` (NumPy's ``size=`` works too)::
     dtype('int64')
 """
 
+from __future__ import annotations
+
 import operator
+from typing import TYPE_CHECKING
 
 from . import backend
 from .tensor import Tensor, _check_differentiable_dtype, holds_tensors
 
+if TYPE_CHECKING:
+    from .typing import DTypeLike, Shape, TensorLike
+
 
 def seed(n: int) -> None:
-    """Restart the calling thread's generator from seed ``n`` (each thread has its own)."""
+    """Restart the calling thread's generator from seed ``n`` (each thread has its own).
+
+    >>> import remat as rm
+    >>> rm.random.seed(3); a = rm.random.uniform(shape=2)
+    >>> rm.random.seed(3); b = rm.random.uniform(shape=2)
+    >>> bool((a == b).numpy().all())
+    True
+    """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"rm.random.seed: n must be an integer >= 0, got {n!r}")
     backend.seed(n)
@@ -66,14 +79,14 @@ def _sample(array, requires_grad):
 
 
 def uniform(
-    low=0.0,
-    high=1.0,
-    size=None,
-    dtype=backend.float64,
-    device="cpu",
+    low: TensorLike = 0.0,
+    high: TensorLike = 1.0,
+    size: Shape | None = None,
+    dtype: DTypeLike = backend.float64,
+    device: str = "cpu",
     *,
-    shape=None,
-    requires_grad=False,
+    shape: Shape | None = None,
+    requires_grad: bool = False,
 ) -> Tensor:
     """Samples from U[low, high): a constant Tensor, or a leaf with ``requires_grad=True``
     (for initialising parameters; the samples themselves carry no gradient).
@@ -88,14 +101,14 @@ def uniform(
 
 
 def normal(
-    loc=0.0,
-    scale=1.0,
-    size=None,
-    dtype=backend.float64,
-    device="cpu",
+    loc: TensorLike = 0.0,
+    scale: TensorLike = 1.0,
+    size: Shape | None = None,
+    dtype: DTypeLike = backend.float64,
+    device: str = "cpu",
     *,
-    shape=None,
-    requires_grad=False,
+    shape: Shape | None = None,
+    requires_grad: bool = False,
 ) -> Tensor:
     """Samples from N(loc, scale^2): a constant Tensor, or a leaf with ``requires_grad=True``.
 
@@ -108,7 +121,15 @@ def normal(
     return _sample(backend.normal(loc, scale, size, dtype, device), requires_grad)
 
 
-def randint(low, high=None, size=None, dtype=backend.int64, device="cpu", *, shape=None) -> Tensor:
+def randint(
+    low: TensorLike,
+    high: TensorLike | None = None,
+    size: Shape | None = None,
+    dtype: DTypeLike = backend.int64,
+    device: str = "cpu",
+    *,
+    shape: Shape | None = None,
+) -> Tensor:
     """Random integers in [low, high), or in [0, low) when ``high`` is None (NumPy's
     convention), as an integer constant Tensor (int64 unless ``dtype``).
 
@@ -127,7 +148,7 @@ def randint(low, high=None, size=None, dtype=backend.int64, device="cpu", *, sha
     return Tensor._wrap(backend.randint(low, high, size, dtype, device))
 
 
-def permutation(x, axis=0, device=None) -> Tensor:
+def permutation(x: int | TensorLike, axis: int = 0, device: str | None = None) -> Tensor:
     """A random ordering: of ``0 .. x-1`` for an integer ``x`` (an int64 Tensor), or of
     the slices of the Tensor (or array) ``x`` along ``axis``, as NumPy's ``permutation``.
 
@@ -142,7 +163,8 @@ def permutation(x, axis=0, device=None) -> Tensor:
     array_like = isinstance(x, (Tensor, list, tuple)) or backend.is_array(x)
     if not array_like or (isinstance(x, Tensor) and x.ndim == 0):
         try:
-            n = operator.index(x)  # an int, or a 0-d integer Tensor
+            # an int, or a 0-d integer Tensor; anything else is the TypeError below
+            n = operator.index(x)  # type: ignore[arg-type]
         except TypeError:
             raise TypeError(
                 f"rm.random.permutation: x must be an int or a Tensor (or array) of at least one "

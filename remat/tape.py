@@ -34,6 +34,7 @@ import heapq
 import weakref
 from contextvars import ContextVar
 from itertools import count
+from typing import Any, TypeVar
 
 from . import backend, guard
 
@@ -53,12 +54,43 @@ OPEN_TAPE = ContextVar("remat_open_tape", default=None)
 GRAD_DEPTH = ContextVar("remat_grad_depth", default=0)
 STEP = ContextVar("remat_step", default=None)
 FORWARD_MODE = ContextVar("remat_forward_mode", default=False)  # inside rm.jvp's recording
+# inside an rm.grad whose backward is itself recorded (to be differentiated again)
+RECORDED_BACKWARD = ContextVar("remat_recorded_backward", default=False)
 _TAPE_START = ContextVar("remat_tape_start", default=0)  # records an open tape had before
 
 
+class _Untaped:
+    """GRAD_ENABLED's value while the executor evaluates a step (or a checkpointed
+    function) without taping it: falsy, so ops record nothing, yet
+    :func:`grad_enabled` says True, as it does when the same code is taped, so that
+    code branching on it computes the same thing in both runs."""
+
+    __slots__ = ()
+
+    def __bool__(self):
+        return False
+
+    def __repr__(self):
+        return "UNTAPED"
+
+
+UNTAPED = _Untaped()
+
+
 def grad_enabled() -> bool:
-    """Whether ops are recorded here and now (False inside ``rm.no_grad()``)."""
-    return GRAD_ENABLED.get()
+    """Whether gradients are on here and now (False inside ``rm.no_grad()``).
+
+    Inside ``rm.checkpoint(f)``'s first run, and a checkpointed loop's steps,
+    it is True, as outside: those runs record nothing only because their steps
+    are recomputed (and recorded) in backward.
+
+    >>> import remat as rm
+    >>> with rm.no_grad():
+    ...     inside = rm.grad_enabled()
+    >>> rm.grad_enabled(), inside
+    (True, False)
+    """
+    return GRAD_ENABLED.get() is not False
 
 
 class StepValue:
@@ -86,7 +118,21 @@ class StepValue:
 
 
 class EscapeError(RuntimeError):
-    """A value computed inside a loop step (or checkpointed function) was used outside it."""
+    """A value computed inside a loop step (or checkpointed function) was used outside it.
+
+    >>> import remat as rm
+    >>> seen = []
+    >>> def step(h):
+    ...     seen.append(h * 2.0)  # kept past the step: it would be recomputed, then lost
+    ...     return h + 1.0
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     h = tape.loop(step, rm.ones(1, requires_grad=True), steps=3)
+    >>> try:
+    ...     (h + seen[0]).sum()
+    ... except rm.EscapeError as error:
+    ...     print(str(error)[:42])
+    add: a value computed inside step 0 of tap
+    """
 
 
 def escape_error(where, node):
@@ -134,11 +180,30 @@ def pop_value(var):
 
 
 class Record:
-    """One op on the tape, holding what its VJP needs and nothing more."""
+    """One op on the tape, holding what its VJP needs and nothing more.
+
+    ``op`` is the primitive (its ``name``), ``parents`` the node of each input
+    (a Record, a Leaf, or None for a constant), ``args`` and ``ans`` what the
+    VJP reads (None where it reads nothing), ``shape`` the output's shape.
+
+    >>> import remat as rm
+    >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
+    >>> y = rm.sin(x)
+    >>> y.record.op.name, y.record.shape, y.record.saved_bytes()
+    ('sin', (2,), 16)
+    """
 
     __slots__ = ("op", "seq", "parents", "args", "ans", "kwargs", "shape", "ct", "checks")
 
-    def __init__(self, op, parents, args, ans, kwargs, shape):
+    def __init__(
+        self,
+        op: Any,
+        parents: Any,
+        args: Any,
+        ans: Any,
+        kwargs: dict | None,
+        shape: Any,
+    ) -> None:
         self.op = op
         self.seq = next(_sequence)
         self.parents = parents  # per input: None, a Record, or a Leaf
@@ -154,17 +219,20 @@ class Record:
 
     @property
     def freed(self) -> bool:
+        """Whether backward has passed and released what this record saved."""
         return self.parents is None
 
     def saved_bytes(self) -> int:
+        """The bytes of the arrays this record holds for its VJP."""
         if self.parents is None:
             return 0
         return sum(backend.nbytes(a) for a in self.args) + backend.nbytes(self.ans)
 
     def release(self) -> None:
+        """Drop what the record holds (backward calls it once it has passed)."""
         self.parents = self.args = self.ans = None
 
-    def check_saved(self, cache=None):
+    def check_saved(self, cache: dict | None = None) -> None:
         """Raise if a value this record saved was changed in place since (remat.guard)."""
         arrays = (*self.args, self.ans)
         i = guard.changed(arrays, self.checks, self.seq, cache)
@@ -200,12 +268,13 @@ class Leaf:
     and its node form no reference cycle: dropping the tensor frees it at once.
     """
 
-    __slots__ = ("tensor", "shape", "dtype")
+    __slots__ = ("tensor", "shape", "dtype", "rebound")
 
     def __init__(self, tensor):
         self.tensor = weakref.ref(tensor)
         self.shape = tensor._data.shape
         self.dtype = tensor._data.dtype
+        self.rebound = -1  # sequence number of the latest new value (guard.rebound)
 
     def __repr__(self):
         return f"<Leaf {self.shape}>"
@@ -229,6 +298,13 @@ class no_grad:
     It affects only the thread (and context) that enters it.  Values computed
     inside are plain constants, also inside a loop step: reading them later,
     outside the step, is fine.
+
+    >>> import remat as rm
+    >>> p = rm.tensor([1.0], requires_grad=True)
+    >>> with rm.no_grad():
+    ...     q = p * 2.0
+    >>> q.requires_grad
+    False
     """
 
     enabled = False
@@ -245,7 +321,16 @@ class no_grad:
 
 
 class enable_grad(no_grad):
-    """Context manager that turns recording back on (used inside no_grad)."""
+    """Context manager that turns recording back on (used inside no_grad).
+
+    >>> import remat as rm
+    >>> p = rm.tensor([1.0], requires_grad=True)
+    >>> with rm.no_grad():
+    ...     with rm.enable_grad():
+    ...         q = p * 2.0
+    >>> q.requires_grad
+    True
+    """
 
     enabled = True
 
@@ -263,8 +348,11 @@ class untaped(enable_grad):
     no_grad, the step's values keep their marker (internal)."""
 
     def __enter__(self):
-        push_value(GRAD_ENABLED, False)
+        push_value(GRAD_ENABLED, UNTAPED)
         return self
+
+
+_R = TypeVar("_R", bound="Recorder")
 
 
 class Recorder:
@@ -275,16 +363,23 @@ class Recorder:
     checkpointed loops, chains and scans (see :mod:`remat.budget`); the
     executor takes a plain Recorder for each step it tapes.  A recorder is
     open only in the thread (and context) that entered it.
+
+    >>> import remat as rm
+    >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
+    >>> with rm.Recorder() as recorder:
+    ...     y = rm.exp(x).sum()
+    >>> [record.op.name for record in recorder.records]
+    ['exp', 'sum']
     """
 
-    def __init__(self, forwards=True):
-        self.records = []
+    def __init__(self, forwards: bool = True) -> None:
+        self.records: list[Record] = []
         # A tape opened inside another lists its records there too (so that rm.jvp
         # sees what a `with rm.Tape()` inside f records); the executor's own
         # per-step recorders do not (the records of steps stay the steps').
         self.forwards = forwards
 
-    def __enter__(self):
+    def __enter__(self: _R) -> _R:
         push_value(_TAPE_START, len(self.records))
         push_value(OPEN_TAPE, self)
         return self
@@ -308,7 +403,7 @@ class Recorder:
     def __str__(self):
         return self.describe()
 
-    def describe(self, expand_loops=False, max_actions=20) -> str:
+    def describe(self, expand_loops: bool = False, max_actions: int = 20) -> str:
         """The records as text, one line each: ``print(tape)`` is ``describe()``.
 
         Records are numbered 1, 2, 3 ... in the order they were made on this
@@ -332,7 +427,7 @@ class Recorder:
           #3  sum       scalar  0 B saved   inputs: #2
         """
         number = {id(r): k for k, r in enumerate(self.records, 1)}
-        rows = []
+        rows: list[tuple[str, ...]] = []
         for k, record in enumerate(self.records, 1):
             saved = "freed" if record.freed else f"{record.saved_bytes()} B saved"
             if record.freed:
@@ -354,7 +449,7 @@ class Recorder:
                 lines.append("  " + "  ".join(cells) + "  " + row[4])
         return "\n".join(lines)
 
-    def to_dot(self, expand_loops=False, max_actions=12) -> str:
+    def to_dot(self, expand_loops: bool = False, max_actions: int = 12) -> str:
         """The recorded graph as Graphviz DOT text (render it with ``dot -Tsvg``, or
         :meth:`draw`).
 
@@ -382,7 +477,8 @@ class Recorder:
         <BLANKLINE>
         """
         number = {id(r): k for k, r in enumerate(self.records, 1)}
-        sources = {}  # id(node) -> (DOT name, its label) for nodes that are not our records
+        # id(node) -> (DOT name, its label) for nodes that are not our records
+        sources: dict[int, tuple[str, str]] = {}
         boxes, edges = [], []
         for k, record in enumerate(self.records, 1):
             saved = "freed" if record.freed else f"{record.saved_bytes()} B saved"
@@ -408,7 +504,7 @@ class Recorder:
         head = ["digraph tape {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=11];']
         return "\n".join(head + ellipses + boxes + edges + ["}"]) + "\n"
 
-    def draw(self, expand_loops=False, max_actions=12):
+    def draw(self, expand_loops: bool = False, max_actions: int = 12) -> Any:
         """:meth:`to_dot` as a ``graphviz.Source`` (shown as a picture in Jupyter; call
         ``.render()`` to write a file).  Needs the optional ``graphviz`` package
         (``pip install graphviz``) and the Graphviz programs."""
@@ -481,7 +577,18 @@ def _dot_label(lines):
 
 
 class BackwardError(RuntimeError):
-    """Backward cannot run: a graph already freed, or a gradient of bad shape."""
+    """Backward cannot run: a graph already freed, or a gradient of bad shape.
+
+    >>> import remat as rm
+    >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
+    >>> y = (x * x).sum()
+    >>> y.backward()
+    >>> try:
+    ...     y.backward()  # the first backward freed what the second needs
+    ... except rm.BackwardError as error:
+    ...     print(str(error)[:38])
+    backward through `sum` (output shape (
+    """
 
 
 def _freed_error(record):
@@ -527,7 +634,7 @@ class Sweep:
 
     RECORD = Record
 
-    def owns(self, node) -> bool:
+    def owns(self, node: object) -> bool:
         """Whether this sweep reverses ``node`` itself (else it belongs elsewhere)."""
         return type(node) is Record
 

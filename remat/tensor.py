@@ -13,6 +13,9 @@ Arithmetic operators and methods such as ``.sum()`` are the ops of
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
 from . import backend, guard
 from .tape import (
     GRAD_ENABLED,
@@ -25,6 +28,9 @@ from .tape import (
     next_sequence,
 )
 
+if TYPE_CHECKING:
+    from .typing import Array, Axis, DTypeLike, TensorLike
+
 
 class Tensor:
     """A value on the tape.  ``Tensor(data, requires_grad)`` is :func:`remat.tensor`.
@@ -34,13 +40,27 @@ class Tensor:
     old value refuses to run (see :mod:`remat.guard`).  ``np.asarray(t)`` and
     ``t.numpy()`` are read-only views, free to take.  The operators ``+=``, ``-=``, ``*=``, ``/=``
     give the tensor a new value without touching the old one.
+
+    >>> import remat as rm
+    >>> w = rm.Tensor([[1.0, 2.0]], requires_grad=True)
+    >>> y = (w @ w.T).sum()
+    >>> y
+    tensor(5., op=sum)
+    >>> y.backward(); w.grad
+    array([[2., 4.]])
+    >>> w.shape, w.dtype, w.device, w.is_leaf, y.is_leaf
+    ((1, 2), dtype('float64'), 'cpu', True, False)
     """
 
     __slots__ = ("_data", "grad", "node", "__weakref__")
+    _data: Array
+    grad: Array | None
+    """The gradient backward() accumulated into this leaf (a backend array), or None."""
+    node: Any  # a Record, a Leaf, a StandIn, a StepValue marker or None (module docstring)
     __array_ufunc__ = None  # NumPy defers to Tensor's operators (a * t -> t.__rmul__)
     __hash__ = object.__hash__  # comparisons return arrays, identity hashes
 
-    def __init__(self, data, requires_grad=False):
+    def __init__(self, data: TensorLike, requires_grad: bool = False) -> None:
         if isinstance(data, Tensor):
             data = data._data
         _refuse_tensors_inside(data)
@@ -79,14 +99,14 @@ class Tensor:
 
     # --- its value ------------------------------------------------------------
     @property
-    def data(self):
+    def data(self) -> Array:
         """The value, a backend array (NumPy or CuPy), shared with the tensor."""
         array = self._data
         guard.expose(array, next_sequence)
         return array
 
     @data.setter
-    def data(self, value):
+    def data(self, value: TensorLike) -> None:
         if isinstance(value, Tensor):
             value = value._data
         if not backend.is_array(value):
@@ -101,6 +121,8 @@ class Tensor:
         if value is not old:
             guard.expose(value, next_sequence)  # the caller still holds it
             self._data = value
+            if type(self.node) is Leaf:  # a recomputation must not read it unawares
+                self.node.rebound = guard.rebound(next_sequence)
 
     def _update(self, op, other, symbol):
         """``self op= other``: a new value for this tensor; the old array is untouched,
@@ -129,18 +151,20 @@ class Tensor:
         self._data = value
         if recording:  # the tensor now stands for the recorded result
             self.node = result.node
+        elif type(self.node) is Leaf:  # a recomputation must not read it unawares
+            self.node.rebound = guard.rebound(next_sequence)
         return self
 
-    def __iadd__(self, other):
+    def __iadd__(self, other: TensorLike) -> Tensor:
         return self._update(Tensor.__add__, other, "+=")
 
-    def __isub__(self, other):
+    def __isub__(self, other: TensorLike) -> Tensor:
         return self._update(Tensor.__sub__, other, "-=")
 
-    def __imul__(self, other):
+    def __imul__(self, other: TensorLike) -> Tensor:
         return self._update(Tensor.__mul__, other, "*=")
 
-    def __itruediv__(self, other):
+    def __itruediv__(self, other: TensorLike) -> Tensor:
         return self._update(Tensor.__truediv__, other, "/=")
 
     # --- what it is ------------------------------------------------------------
@@ -149,7 +173,7 @@ class Tensor:
         return bool(self.node)
 
     @requires_grad.setter
-    def requires_grad(self, flag):
+    def requires_grad(self, flag: bool) -> None:
         if type(self.node) is Record:
             raise ValueError(
                 f"requires_grad can only be changed on a leaf tensor; this one is the output of "
@@ -160,7 +184,7 @@ class Tensor:
         self.node = Leaf(self) if flag else None
 
     @property
-    def record(self):
+    def record(self) -> Record | None:
         """The record of the op that made this tensor, or None for a leaf/constant."""
         return self.node if type(self.node) is Record else None
 
@@ -168,14 +192,33 @@ class Tensor:
     def is_leaf(self) -> bool:
         return type(self.node) is not Record
 
-    shape = property(lambda self: self._data.shape)
-    device = property(lambda self: backend.device_of(self._data), doc='"cpu" or "cuda"')
-    ndim = property(lambda self: self._data.ndim)
-    size = property(lambda self: self._data.size)
-    dtype = property(lambda self: self._data.dtype)
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape, as NumPy gives it: ``rm.ones((2, 3)).shape == (2, 3)``."""
+        return self._data.shape
+
+    @property
+    def device(self) -> str:
+        """Where the value lives: ``"cpu"`` or ``"cuda"``."""
+        return backend.device_of(self._data)
+
+    @property
+    def ndim(self) -> int:
+        """The number of axes."""
+        return self._data.ndim
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return self._data.size
+
+    @property
+    def dtype(self) -> Any:
+        """The element type, a NumPy dtype (``float64`` unless asked otherwise)."""
+        return self._data.dtype
 
     # --- gradients -------------------------------------------------------------
-    def backward(self, grad=None, retain_graph=False):
+    def backward(self, grad: TensorLike | None = None, retain_graph: bool = False) -> None:
         """Backpropagate from this tensor and *add* the gradients into each leaf's ``.grad``.
 
         Gradients accumulate across backward calls (as in PyTorch): set
@@ -212,11 +255,11 @@ class Tensor:
             if tensor is not None:  # else nobody can read this gradient any more
                 tensor.grad = g if tensor.grad is None else tensor.grad + g
 
-    def detach(self) -> "Tensor":
+    def detach(self) -> Tensor:
         """The same values, cut from the tape (a constant sharing the array)."""
         return Tensor._wrap(self._data)
 
-    def numpy(self):
+    def numpy(self) -> Array:
         """The value as a NumPy array: a read-only view on the CPU, a copy from a GPU.
 
         Reading costs nothing; to change the value write into ``t.data``, or
@@ -226,33 +269,34 @@ class Tensor:
             return backend.read_only(self._data)
         return backend.to_host(self._data)
 
-    def item(self):
+    def item(self) -> Any:
+        """The value of a one-element tensor as a Python number."""
         return self._data.item()
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> Array:
         host = self.numpy()
         if dtype is not None and host.dtype != dtype:
             return host.astype(dtype)
         return host.copy() if copy else host
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._data)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tensor]:
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(len(self)))
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self._data)
 
-    def __float__(self):
+    def __float__(self) -> float:
         return float(self._data)
 
-    def __int__(self):
+    def __int__(self) -> int:
         return int(self._data)
 
-    def __index__(self):
+    def __index__(self) -> int:
         """A 0-d integer tensor used where Python wants an int (``range(t)``, ``lst[t]``).
 
         >>> ["a", "b", "c"][tensor(1)]
@@ -266,7 +310,7 @@ class Tensor:
             )
         return int(self._data)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         text = repr(backend.to_host(self._data))
         text = text[text.index("(") + 1 : text.rindex(")")] if text.startswith("array") else text
         extra = "" if self.device == "cpu" else ", device='cuda'"
@@ -275,6 +319,47 @@ class Tensor:
         elif self.node:
             extra += ", requires_grad=True"
         return f"tensor({text}{extra})"
+
+    if TYPE_CHECKING:
+        # The operators and methods below are the ops of remat.ops, attached at the
+        # bottom of this module (remat.ops.attach_methods); their signatures, for
+        # type checkers.
+        def __add__(self, other: TensorLike) -> Tensor: ...
+        def __radd__(self, other: TensorLike) -> Tensor: ...
+        def __sub__(self, other: TensorLike) -> Tensor: ...
+        def __rsub__(self, other: TensorLike) -> Tensor: ...
+        def __mul__(self, other: TensorLike) -> Tensor: ...
+        def __rmul__(self, other: TensorLike) -> Tensor: ...
+        def __truediv__(self, other: TensorLike) -> Tensor: ...
+        def __rtruediv__(self, other: TensorLike) -> Tensor: ...
+        def __pow__(self, other: TensorLike) -> Tensor: ...
+        def __rpow__(self, other: TensorLike) -> Tensor: ...
+        def __matmul__(self, other: TensorLike) -> Tensor: ...
+        def __rmatmul__(self, other: TensorLike) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
+        def __getitem__(self, index: Any) -> Tensor: ...
+        def __lt__(self, other: TensorLike) -> Tensor: ...
+        def __le__(self, other: TensorLike) -> Tensor: ...
+        def __gt__(self, other: TensorLike) -> Tensor: ...
+        def __ge__(self, other: TensorLike) -> Tensor: ...
+        def __eq__(self, other: object) -> Tensor: ...  # type: ignore[override]  # elementwise, as NumPy
+        def __ne__(self, other: object) -> Tensor: ...  # type: ignore[override]  # elementwise, as NumPy
+        def sum(self, axis: Axis = None, keepdims: bool = False) -> Tensor: ...
+        def mean(self, axis: Axis = None, keepdims: bool = False) -> Tensor: ...
+        def max(self, axis: Axis = None, keepdims: bool = False) -> Tensor: ...
+        def min(self, axis: Axis = None, keepdims: bool = False) -> Tensor: ...
+        def reshape(self, *shape: int | tuple[int, ...]) -> Tensor: ...
+        def transpose(self, *axes: int | tuple[int, ...]) -> Tensor: ...
+        @property
+        def T(self) -> Tensor: ...
+        def exp(self) -> Tensor: ...
+        def log(self) -> Tensor: ...
+        def tanh(self) -> Tensor: ...
+        def to(self, device: str) -> Tensor: ...
+        def astype(self, dtype: DTypeLike) -> Tensor: ...
+        def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor: ...
+        def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor: ...
 
 
 def own_gradients(pairs, seed):
@@ -305,7 +390,15 @@ def as_leaf_dtype(g, leaf):
 
 
 class DTypeError(TypeError, ValueError):
-    """An array of the wrong dtype for what was asked (gradients need floats)."""
+    """An array of the wrong dtype for what was asked (gradients need floats).
+
+    >>> import remat as rm
+    >>> try:
+    ...     rm.tensor([1, 2], requires_grad=True)
+    ... except rm.DTypeError as error:
+    ...     print(str(error).split(";")[0])
+    requires_grad=True needs a floating-point array
+    """
 
 
 def _check_differentiable_dtype(dtype):
@@ -316,12 +409,24 @@ def _check_differentiable_dtype(dtype):
         )
 
 
-def tensor(data, requires_grad=False, dtype=None, device=None) -> Tensor:
+def tensor(
+    data: TensorLike,
+    requires_grad: bool = False,
+    dtype: DTypeLike | None = None,
+    device: str | None = None,
+) -> Tensor:
     """A new Tensor holding a copy of ``data`` (list, scalar, NumPy or CuPy array, Tensor).
 
     ``requires_grad=True`` makes it a leaf whose gradient backward() fills in;
     it needs a floating-point dtype.  ``device`` is "cpu" or "cuda" (default:
     where ``data`` is; the CPU for lists and scalars).
+
+    >>> import remat as rm
+    >>> rm.tensor([1, 2, 3])
+    tensor([1, 2, 3])
+    >>> x = rm.tensor([1, 2], dtype="float32", requires_grad=True)
+    >>> x
+    tensor([1., 2.], dtype=float32, requires_grad=True)
     """
     if isinstance(data, Tensor):
         data = data._data

@@ -18,28 +18,41 @@ parameters' gradients.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from . import backend
 from .ops import log_softmax, tanh
 from .tensor import Tensor, tensor
 
+if TYPE_CHECKING:
+    from .budget import Tape
+
 
 @dataclass
 class Workload:
-    """A loop to differentiate: ``state = step(state)`` ``steps`` times, then ``loss``."""
+    """A loop to differentiate: ``state = step(state)`` ``steps`` times, then ``loss``.
+
+    >>> import remat as rm
+    >>> w = rm.workloads.resmlp(steps=20, width=8, batch=2)
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     loss = w.run(tape)
+    >>> loss.backward(); tape.stats.steps, [p.grad is not None for p in w.params]
+    (20, [True, True, True])
+    """
 
     name: str
     description: str
-    params: list
-    state: object
-    step: object
+    params: list[Tensor]
+    state: Any
+    step: Any  # a function, or (form "chain") the list of layers
     steps: int
-    loss: object
+    loss: Callable[..., Tensor]
     form: str = "loop"  # "loop": step(state); "chain": step is the list of layers;
-    xs: object = None  # "scan": step(carry, x) over xs, and loss(carry, ys)
+    xs: Any = None  # "scan": step(carry, x) over xs, and loss(carry, ys)
 
-    def run(self, tape, online=False):
+    def run(self, tape: Tape, online: bool = False) -> Tensor:
         """The loss Tensor, with the loop run on ``tape`` (``until=`` if ``online``;
         a chain or scan has a known length, and an online tape serves it too)."""
         if self.form == "chain":
@@ -53,7 +66,7 @@ class Workload:
             final = tape.loop(self.step, self.state, steps=self.steps)
         return self.loss(final)
 
-    def loss_and_gradients(self, tape, online=False):
+    def loss_and_gradients(self, tape: Tape, online: bool = False) -> tuple[float, list[Any]]:
         """Run forward and backward; return (loss value, [gradient of each parameter])."""
         for p in self.params:
             p.grad = None
@@ -62,7 +75,7 @@ class Workload:
         return loss.item(), [p.grad for p in self.params]
 
     @property
-    def state_bytes(self):
+    def state_bytes(self) -> int:
         """Bytes of one state: what each snapshot holds."""
         parts = self.state if isinstance(self.state, tuple) else (self.state,)
         return sum(backend.nbytes(t._data) for t in parts)
@@ -72,7 +85,16 @@ def _randn(rng, *shape, scale=1.0):
     return tensor(rng.standard_normal(shape) * scale, requires_grad=True)
 
 
-def resmlp(steps=200, width=64, batch=32, seed=0):
+def resmlp(steps: int = 200, width: int = 64, batch: int = 32, seed: int = 0) -> Workload:
+    """A residual MLP, ``h <- h + tanh(h W + b) V``, one block reused at every step.
+
+    >>> import remat as rm
+    >>> w = rm.workloads.resmlp(steps=10, width=8, batch=2)
+    >>> with rm.Tape(snapshots=3) as tape:
+    ...     loss, grads = w.loss_and_gradients(tape)
+    >>> w.state_bytes, [g.shape for g in grads]
+    (128, [(8, 8), (8,), (8, 8)])
+    """
     rng = backend.default_rng(seed)
     w = _randn(rng, width, width, scale=1 / width**0.5)
     b = _randn(rng, width, scale=0.1)
@@ -93,7 +115,19 @@ def resmlp(steps=200, width=64, batch=32, seed=0):
     )
 
 
-def rnn(steps=200, hidden=64, vocab=32, batch=16, seed=0):
+def rnn(
+    steps: int = 200, hidden: int = 64, vocab: int = 32, batch: int = 16, seed: int = 0
+) -> Workload:
+    """A character-level recurrent network over a sequence of ``steps`` characters; the
+    state carries the hidden vector, the position and the running loss.
+
+    >>> import remat as rm
+    >>> w = rm.workloads.rnn(steps=12, hidden=8, vocab=5, batch=2)
+    >>> with rm.Tape(snapshots=3) as tape:
+    ...     loss, grads = w.loss_and_gradients(tape)
+    >>> len(grads), tape.stats.steps
+    (4, 12)
+    """
     rng = backend.default_rng(seed)
     text = rng.integers(0, vocab, size=(steps + 1, batch))
     onehot = backend.one_hot(text, vocab)  # (steps + 1, batch, vocab)
@@ -125,7 +159,18 @@ def rnn(steps=200, hidden=64, vocab=32, batch=16, seed=0):
     )
 
 
-def ode(steps=200, dim=32, batch=8, dt=0.05, seed=0):
+def ode(
+    steps: int = 200, dim: int = 32, batch: int = 8, dt: float = 0.05, seed: int = 0
+) -> Workload:
+    """A nonlinear ODE ``dx/dt = tanh(x W) - x / 2`` integrated with classical Runge-Kutta (RK4).
+
+    >>> import remat as rm
+    >>> w = rm.workloads.ode(steps=10, dim=4, batch=2)
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     loss, grads = w.loss_and_gradients(tape)
+    >>> tape.stats.forward_steps > 10, w.form
+    (True, 'loop')
+    """
     rng = backend.default_rng(seed)
     w = _randn(rng, dim, dim, scale=1.5 / dim**0.5)
     x0 = tensor(rng.standard_normal((batch, dim)))
@@ -152,7 +197,16 @@ def ode(steps=200, dim=32, batch=8, dt=0.05, seed=0):
     )
 
 
-def widths(steps=200, batch=16, seed=0, cycle=(64, 96, 32, 128, 48)):
+def widths(
+    steps: int = 200, batch: int = 16, seed: int = 0, cycle: tuple[int, ...] = (64, 96, 32, 128, 48)
+) -> Workload:
+    """A chain of tanh layers whose widths cycle through ``cycle`` (for ``tape.chain``).
+
+    >>> import remat as rm
+    >>> w = rm.workloads.widths(steps=4, batch=2, cycle=(3, 5))
+    >>> [p.shape for p in w.params], w.form
+    ([(3, 5), (5, 3), (3, 5), (5, 3)], 'chain')
+    """
     rng = backend.default_rng(seed)
     sizes = [cycle[i % len(cycle)] for i in range(steps + 1)]
     weights = [_randn(rng, a, b, scale=1 / a**0.5) for a, b in zip(sizes, sizes[1:])]
@@ -169,7 +223,19 @@ def widths(steps=200, batch=16, seed=0, cycle=(64, 96, 32, 128, 48)):
     )
 
 
-def scan_rnn(steps=200, hidden=64, vocab=32, batch=16, seed=0):
+def scan_rnn(
+    steps: int = 200, hidden: int = 64, vocab: int = 32, batch: int = 16, seed: int = 0
+) -> Workload:
+    """The character RNN as a ``tape.scan``: the inputs are scanned over and the
+    log-probabilities come out as per-step outputs.
+
+    >>> import remat as rm
+    >>> w = rm.workloads.scan_rnn(steps=6, hidden=4, vocab=3, batch=2)
+    >>> with rm.Tape(snapshots=2) as tape:
+    ...     loss, grads = w.loss_and_gradients(tape)
+    >>> w.form, tape.stats.steps
+    ('scan', 6)
+    """
     rng = backend.default_rng(seed)
     text = rng.integers(0, vocab, size=(steps + 1, batch))
     onehot = backend.one_hot(text, vocab)  # (steps + 1, batch, vocab)
@@ -196,11 +262,24 @@ def scan_rnn(steps=200, hidden=64, vocab=32, batch=16, seed=0):
     )
 
 
-WORKLOADS = {"resmlp": resmlp, "rnn": rnn, "ode": ode, "widths": widths, "scan_rnn": scan_rnn}
+WORKLOADS: dict[str, Callable[..., Workload]] = {
+    "resmlp": resmlp,
+    "rnn": rnn,
+    "ode": ode,
+    "widths": widths,
+    "scan_rnn": scan_rnn,
+}
 
 
-def make_workload(name, steps=200, seed=0):
-    """The workload called ``name`` (one of :data:`WORKLOADS`) with ``steps`` steps."""
+def make_workload(name: str, steps: int = 200, seed: int = 0) -> Workload:
+    """The workload called ``name`` (one of :data:`WORKLOADS`) with ``steps`` steps.
+
+    >>> import remat as rm
+    >>> sorted(rm.workloads.WORKLOADS)
+    ['ode', 'resmlp', 'rnn', 'scan_rnn', 'widths']
+    >>> rm.workloads.make_workload("ode", steps=5).description
+    'ODE dx/dt = tanh(W x) - x/2 in 32 dimensions, RK4 with dt=0.05'
+    """
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
     return WORKLOADS[name](steps=steps, seed=seed)

@@ -204,9 +204,9 @@ def test_a_chain_of_checkpointed_blocks_keeps_only_block_inputs():
     assert plain > 2 * depth * state  # two tanh outputs a block without checkpointing
 
 
-def test_checkpoint_refuses_a_policy_and_non_tensor_results():
-    with pytest.raises(NotImplementedError, match="policy"):
-        rm.checkpoint(lambda x: x, policy="save_everything")
+def test_checkpoint_refuses_a_policy_that_is_not_one_and_non_tensor_results():
+    with pytest.raises(TypeError, match=r"rm\.policies\.save_everything"):
+        rm.checkpoint(lambda x: x, policy="save_everything")  # a name, not the policy
     with pytest.raises(rm.StepOutputError, match="not a Tensor"):
         rm.checkpoint(lambda x: x.data * 2)(rm.tensor([1.0], requires_grad=True))
 

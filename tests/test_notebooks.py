@@ -44,6 +44,7 @@ def test_each_notebook_is_a_pair():
         "01_revolve_vs_store_all",
         "02_schedules_explained",
         "03_model_under_a_memory_budget",
+        "05_forward_and_reverse",
     ]
     assert sorted(path.stem for path in FOLDER.glob("*.ipynb")) == [p.stem for p in SOURCES]
     assert not (FOLDER / "build.py").exists()

@@ -134,10 +134,6 @@ def test_hvp_of_checkpoint_closing_over_the_differentiated_value():
 
 # rm.grad(rm.grad(f)) through rm.checkpoint (closed-over w): differs from the plain program in
 # the last bits (~7e-15), README promises bit for bit; severity: silent wrong gradient (ulps).
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: second order through rm.checkpoint agrees to rounding (1e-14), not bit for bit: the spliced recomputation adds cotangents in another order",  # noqa: E501
-)
 def test_grad_of_grad_through_checkpoint_is_bit_for_bit():
     x = rm.tensor(X0)
 
@@ -171,10 +167,7 @@ def test_check_replay_false_reaches_checkpoints_inside_loop_steps():
 # rm.checkpoint(f) with f branching on rm.grad_enabled() (train-mode logic): the forward value is
 # f's no-grad branch (3x, store-all gives 2x) and backward raises ReplayError; should give
 # store-all's value and gradient; severity: false error (and a different forward value).
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: rm.checkpoint's first run is untaped, so f sees grad mode off; f must not branch on rm.grad_enabled()",  # noqa: E501
-)
+# Fixed: grad_enabled() is True in untaped runs too.
 def test_checkpoint_first_run_sees_grad_enabled():
     def f(h):
         return h * 2 if rm.grad_enabled() else h * 3
@@ -188,12 +181,9 @@ def test_checkpoint_first_run_sees_grad_enabled():
 
 # tape.chain whose middle state holds no Tensor (h -> () -> w * 2 -> tanh), any schedule incl.
 # store-all: LoopError "raised IndexError ... list index out of range" blaming a step, should
-# give the unrolled gradient (or name the empty state); severity: unclear error.
+# give the unrolled gradient (or name the empty state); severity: unclear error.  Fixed: the
+# reverse sweep makes zero cotangents where the inputs are, not beside a step's first output.
 @pytest.mark.parametrize("schedule", ["store_all", "revolve"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a chain through a state with no Tensor ends in an IndexError from the executor",  # noqa: E501
-)
 def test_chain_through_an_empty_state(schedule):
     def run(chained):
         w = rm.tensor(W0, requires_grad=True)
@@ -234,13 +224,10 @@ def test_jvp_integer_primal_error_names_jvp():
     assert "rm.jvp" in str(info.value)
 
 
-# rm.checkpoint(f), then w.data changed in place before backward (f closes over w): no error
-# and a gradient from the new w; store-all raises BackwardError ("changed in place"); severity:
-# silent wrong gradient (the replay check samples 256 of 2000 outputs and misses the column).
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a value a recomputed block closes over, changed between forward and backward, is caught only if the sampled replay check sees it",  # noqa: E501
-)
+# rm.checkpoint(f), then w.data changed in place before backward (f closes over w): was no
+# error and a gradient from the new w (the sampled replay check missed the column); store-all
+# raises BackwardError ("changed in place").  Fixed: the recomputation checks what it reads
+# against the forward sweep's moment (executor.Forward; tests/test_recompute_guard.py).
 def test_checkpoint_closed_over_parameter_changed_in_place_before_backward():
     w = rm.tensor(rng.standard_normal((4, 1000)) * 0.1, requires_grad=True)
     x = rm.tensor(rng.standard_normal((2, 4)), requires_grad=True)
@@ -291,11 +278,7 @@ class Info:  # a plain aux object (no __eq__)
 
 # rm.checkpoint(f) returning (h, Info(3)), a fresh aux object, even under check_replay=False:
 # ReplayError "returned structure ... instead of ..."; should run (store-all runs); severity:
-# false error.
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a static output without __eq__ (a fresh object each call) fails the replay structure check",  # noqa: E501
-)
+# false error.  Fixed: statics of a class with no == of its own compare by class.
 def test_checkpoint_static_object_output():
     w = rm.tensor(np.eye(3), requires_grad=True)
     x = rm.tensor(np.ones((2, 3)), requires_grad=True)
@@ -429,9 +412,9 @@ def test_loop_copies_an_array_initial_state(snapshots):
 
 # tape.scan(f, None, xs), a carry-free scan (jax.lax.scan's map idiom, README "as
 # jax.lax.scan"): TypeError "the state must be a Tensor or a pytree holding Tensors", should
-# scan and give the unrolled gradient; severity: false error.
+# scan and give the unrolled gradient; severity: false error.  Fixed: a scan's carry may hold
+# no Tensor.
 @pytest.mark.parametrize("init", [None, ()])
-@pytest.mark.xfail(strict=True, reason="open: tape.scan needs a carry holding a Tensor")
 def test_scan_without_a_carry(init):
     w = rm.tensor(np.eye(3) * 0.5, requires_grad=True)
     xs = rm.tensor(np.ones((4, 2, 3)))
@@ -443,14 +426,10 @@ def test_scan_without_a_carry(init):
 
 
 # tape.chain([tanh(h @ w), sin x5]) under revolve/online/periodic, then w.data changed in place
-# before backward: no error, the first layer is recomputed with the new w (the sampled replay
-# check misses one changed column); store-all and the unrolled program raise BackwardError;
-# severity: silent wrong gradient.
+# before backward: was no error, the first layer recomputed with the new w (the sampled replay
+# check missed one changed column); store-all and the unrolled program raise BackwardError.
+# Fixed as the checkpoint case above.
 @pytest.mark.parametrize("schedule", ["revolve", "online", "periodic"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a parameter changed in place between forward and backward is caught only if the sampled replay check sees it",  # noqa: E501
-)
 def test_chain_parameter_changed_in_place_before_backward(schedule):
     r = np.random.default_rng(0)
     w = rm.tensor(r.standard_normal((4, 1000)) * 0.1, requires_grad=True)

@@ -318,17 +318,26 @@ def test_a_complex_loop_state_that_depends_on_a_real_parameter_is_refused():
         (abs(out).sum() + (w * w).sum()).backward()
 
 
-def test_rm_grad_of_a_loop_at_a_parameter_that_requires_grad_says_what_to_do():
-    # rm.grad(f)(p) with p requiring grad records its backward (for gradient penalties), which a
-    # loop cannot do yet: refused (a constant gradient there would be silently wrong for a
-    # penalty), with the way out named; the plain gradient comes from p.detach()
+def test_rm_grad_of_a_loop_at_a_parameter_that_requires_grad_is_differentiable():
+    # rm.grad(f)(p) with p requiring grad records its backward (for gradient penalties); through
+    # a loop that backward is now differentiable (issue 14): its value is the plain gradient's,
+    # and the penalty's gradient is the unrolled program's
     def f(x):
         return rm.Tape(snapshots=2).loop(rm.sin, x, steps=4).sum()
 
+    def unrolled(x):
+        for _ in range(4):
+            x = rm.sin(x)
+        return x.sum()
+
     p = rm.tensor(X0, requires_grad=True)
-    with pytest.raises(rm.BackwardError, match="detach"):
-        rm.grad(f)(p)
-    np.testing.assert_allclose(rm.grad(f)(p.detach()), rm.grad(f)(X0))
+    g = rm.grad(f)(p)
+    np.testing.assert_array_equal(g.data, rm.grad(f)(X0))
+    (g * g).sum().backward()
+    q = rm.tensor(X0, requires_grad=True)
+    g2 = rm.grad(unrolled)(q)
+    (g2 * g2).sum().backward()
+    np.testing.assert_allclose(p.grad, q.grad, rtol=1e-12)
 
 
 def test_rm_grad_of_a_float32_tensor_that_requires_grad_is_float32():

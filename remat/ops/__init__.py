@@ -83,6 +83,11 @@ def _comparison(name):
     return compare
 
 
+def _transposed(x: Tensor) -> Tensor:
+    """``x.T``: the axes reversed, as ``transpose(x)``."""
+    return transpose(x)
+
+
 def attach_methods(Tensor):
     """Give Tensor its operators and methods (called once, by remat.tensor)."""
     Tensor.__add__ = Tensor.__radd__ = add
@@ -113,7 +118,7 @@ def attach_methods(Tensor):
     Tensor.min = min
     Tensor.reshape = reshape
     Tensor.transpose = transpose
-    Tensor.T = property(lambda self: transpose(self))
+    Tensor.T = property(_transposed)
     Tensor.exp = exp
     Tensor.log = log
     Tensor.tanh = tanh

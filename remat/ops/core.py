@@ -23,25 +23,45 @@ value escaping a step is recognised (:class:`remat.tape.StepValue`).
 
 Every op is registered in :data:`OPS`, the one table the tests are generated
 from.
+
+Each application of an op tests one thing more, whether a frame of
+:mod:`remat.selective` is open anywhere (``rm.count_ops()``, or a policy's
+first run or recomputation); only then does the forward go through
+:func:`remat.selective.evaluate`, which may count it, keep its output, or
+give the kept output instead of running it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import product
+from typing import TYPE_CHECKING, Any
 
 from .. import backend
 from ..guard import WATCHED, checks
+from ..selective import OPEN, evaluate
 from ..tape import GRAD_ENABLED, STEP, Record, check_step_value
 from ..tensor import Tensor, holds_tensors
 
+if TYPE_CHECKING:
+    from ..typing import TensorLike
+
 xp = backend.xp
 
-OPS = {}
+OPS: dict[str, Op] = {}
 """name -> Op: every differentiable primitive, in one table."""
 
 
 class ShapeError(ValueError):
-    """An op was given arrays whose shapes do not fit together."""
+    """An op was given arrays whose shapes do not fit together.
+
+    >>> import remat as rm
+    >>> try:
+    ...     rm.ones(2) + rm.ones(3)
+    ... except rm.ShapeError as error:
+    ...     print(str(error).split(":")[0:2])
+    ['add', ' cannot combine operands of shapes (2,) and (3,)']
+    """
 
 
 class Op:
@@ -120,7 +140,7 @@ class Variadic:
         return lambda ns, g, ans, *args, **kw: rule(i, ns, g, ans, *args, **kw)
 
 
-def as_tensor(value):
+def as_tensor(value: TensorLike) -> Tensor:
     """A Tensor for any operand: Tensors pass through, arrays and lists are copied,
     and a (nested) list holding Tensors is stacked, so that their gradients flow."""
     if isinstance(value, Tensor):
@@ -132,7 +152,7 @@ def as_tensor(value):
     return Tensor._wrap(backend.asarray(value))
 
 
-def constant_of(where, value):
+def constant_of(where: str, value: Any) -> Any:
     """The array of a Tensor given where a constant goes (a clip bound, a random
     parameter); a value escaping a loop step is refused there as anywhere."""
     if isinstance(value, (list, tuple)) and holds_tensors(value):
@@ -154,11 +174,11 @@ def _guard(record):
     record.checks = checks(record.args)
 
 
-SHAPE_RULES = {}
+SHAPE_RULES: dict[str, Callable[..., str]] = {}
 """op name -> f(*operands) explaining, for a human, why their shapes do not fit."""
 
 
-def check_axis(op_name, axis, ndim):
+def check_axis(op_name: str, axis: int, ndim: int) -> int:
     """``axis`` as an index in [0, ndim), or a ShapeError naming the op (as NumPy would)."""
     if not -ndim <= axis < ndim:
         raise ShapeError(f"{op_name}: axis {axis} is out of bounds for {ndim} axes")
@@ -203,7 +223,7 @@ def unary(op, x, **kw):
         x = as_tensor(x)
     data = x._data
     try:
-        out = _output(op.forward(data, **kw))
+        out = _output(evaluate(op, (data,), kw) if OPEN else op.forward(data, **kw))
     except (ValueError, TypeError) as error:
         raise _operand_error(op, (data,), error) from None
     node = x.node
@@ -227,18 +247,18 @@ def unary(op, x, **kw):
 # falsy otherwise (None, or a loop step's StepValue marker).
 
 
-def make_unary(op, doc=None):
+def make_unary(op: Op, doc: str | None = None) -> Callable[[TensorLike], Tensor]:
     """The public function for a one-input primitive: ``f(x) -> Tensor``."""
     forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
     grad_enabled, step = GRAD_ENABLED.get, STEP.get
     (keep_x,), keep_ans = op.keep[(True,)]
 
-    def f(x):
+    def f(x: TensorLike) -> Tensor:
         if type(x) is not Tensor:
             x = as_tensor(x)
         data = x._data
         try:
-            out = forward(data)
+            out = evaluate(op, (data,), None) if OPEN else forward(data)
         except (ValueError, TypeError) as error:
             raise _operand_error(op, (data,), error) from None
         if type(out) is not ndarray:
@@ -264,14 +284,14 @@ def make_unary(op, doc=None):
     return f
 
 
-def make_binary(op, doc=None):
+def make_binary(op: Op, doc: str | None = None) -> Callable[[TensorLike, TensorLike], Tensor]:
     """The public function for a two-input primitive; either input may be a Python scalar."""
     forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
     grad_enabled, step = GRAD_ENABLED.get, STEP.get
     scalars = (int, float)
     keep_both, keep_first, keep_second = (op.keep[m] for m in ((1, 1), (1, 0), (0, 1)))
 
-    def f(a, b):
+    def f(a: TensorLike, b: TensorLike) -> Tensor:
         if type(a) is Tensor:
             da, na = a._data, a.node
         elif isinstance(a, scalars):
@@ -289,7 +309,7 @@ def make_binary(op, doc=None):
             b = as_tensor(b)
             db, nb = b._data, b.node
         try:
-            out = forward(da, db)
+            out = evaluate(op, (da, db), None) if OPEN else forward(da, db)
         except (ValueError, TypeError) as error:
             raise _operand_error(op, (da, db), error) from None
         if type(out) is not ndarray:
@@ -344,7 +364,10 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     ]
     datas = [t._data if isinstance(t, Tensor) else t for t in tensors]
     try:
-        out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
+        if OPEN:  # a frame watches op evaluations (remat.selective)
+            out = evaluate(op, datas, forward_kw)
+        else:
+            out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
     except (ValueError, TypeError) as error:
         raise _operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
     out = _output(out)

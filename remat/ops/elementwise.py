@@ -4,7 +4,10 @@ Broadcasting needs no care here: the tape sums a cotangent back to its
 input's shape (remat.tape.unbroadcast).
 """
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 from .. import backend
 from .core import (
@@ -20,6 +23,9 @@ from .core import (
     xp,
 )
 
+if TYPE_CHECKING:
+    from ..typing import TensorLike
+
 # --- one input ------------------------------------------------------------------
 NEGATIVE = defop("negative", xp.negative, lambda ns, g, ans, x: -g, needs=("",), jvps=SELF_ADJOINT)
 EXP = defop("exp", xp.exp, lambda ns, g, ans, x: g * ans, needs=("a",), jvps=SELF_ADJOINT)
@@ -33,28 +39,92 @@ SQRT = defop("sqrt", xp.sqrt, lambda ns, g, ans, x: g * 0.5 / ans, needs=("a",),
 ABS = defop("abs", xp.abs, lambda ns, g, ans, x: g * ns.sign(x), needs=("0",), jvps=SELF_ADJOINT)
 
 
-negative = make_unary(NEGATIVE, doc="-x, elementwise (also the ``-x`` operator).")
+negative = make_unary(
+    NEGATIVE,
+    doc="""-x, elementwise (also the ``-x`` operator).
+
+    >>> import remat as rm
+    >>> rm.negative(rm.tensor([1.0, -2.0]))
+    tensor([-1.,  2.])
+    """,
+)
 
 
-exp = make_unary(EXP, doc="e ** x, elementwise; its VJP reuses the output.")
+exp = make_unary(
+    EXP,
+    doc="""e ** x, elementwise; its VJP reuses the output.
+
+    >>> import remat as rm
+    >>> rm.exp(rm.tensor([0.0, 1.0]))
+    tensor([1.        , 2.71828183])
+    """,
+)
 
 
-log = make_unary(LOG, doc="The natural logarithm, elementwise.")
+log = make_unary(
+    LOG,
+    doc="""The natural logarithm, elementwise.
+
+    >>> import remat as rm
+    >>> rm.log(rm.tensor([1.0, 100.0]))
+    tensor([0.        , 4.60517019])
+    """,
+)
 
 
-sin = make_unary(SIN, doc="sin(x), elementwise: ``rm.sin(rm.tensor([0.0])).item() == 0.0``.")
+sin = make_unary(
+    SIN,
+    doc="""sin(x), elementwise; its VJP reads x.
+
+    >>> import remat as rm
+    >>> rm.sin(rm.tensor([0.0, 1.0]))
+    tensor([0.        , 0.84147098])
+    """,
+)
 
 
-cos = make_unary(COS, doc="cos(x), elementwise.")
+cos = make_unary(
+    COS,
+    doc="""cos(x), elementwise; its VJP reads x.
+
+    >>> import remat as rm
+    >>> rm.cos(rm.tensor([0.0, 1.0]))
+    tensor([1.        , 0.54030231])
+    """,
+)
 
 
-tanh = make_unary(TANH, doc="tanh(x), elementwise; its VJP reuses the output.")
+tanh = make_unary(
+    TANH,
+    doc="""tanh(x), elementwise; its VJP reuses the output.
+
+    >>> import remat as rm
+    >>> rm.tanh(rm.tensor([0.0, 1.0]))
+    tensor([0.        , 0.76159416])
+    """,
+)
 
 
-sqrt = make_unary(SQRT, doc="The square root, elementwise; its VJP reuses the output.")
+sqrt = make_unary(
+    SQRT,
+    doc="""The square root, elementwise; its VJP reuses the output.
+
+    >>> import remat as rm
+    >>> rm.sqrt(rm.tensor([4.0, 2.0]))
+    tensor([2.        , 1.41421356])
+    """,
+)
 
 
-abs = make_unary(ABS, doc="|x|, elementwise; the gradient at 0 is 0.")  # noqa: A001
+abs = make_unary(  # noqa: A001
+    ABS,
+    doc="""|x|, elementwise; the gradient at 0 is 0.
+
+    >>> import remat as rm
+    >>> rm.abs(rm.tensor([-1.5, 2.0]))
+    tensor([1.5, 2. ])
+    """,
+)
 
 
 # --- two inputs -------------------------------------------------------------------
@@ -136,27 +206,83 @@ MINIMUM = defop(
 )
 
 
-add = make_binary(ADD, doc="x + y with NumPy broadcasting (also the ``+`` operator).")
+add = make_binary(
+    ADD,
+    doc="""x + y with NumPy broadcasting (also the ``+`` operator); either may be a number.
 
-
-subtract = make_binary(SUBTRACT, doc="x - y with NumPy broadcasting.")
-
-
-multiply = make_binary(MULTIPLY, doc="x * y with NumPy broadcasting.")
-
-
-divide = make_binary(DIVIDE, doc="x / y with NumPy broadcasting.")
-
-
-power = make_binary(
-    POWER, doc="x ** y; at x = 0 the gradients follow PyTorch (finite, 0 where it gives 0)."
+    >>> import remat as rm
+    >>> rm.add(rm.tensor([1.0, 2.0]), 10)
+    tensor([11., 12.])
+    """,
 )
 
 
-maximum = make_binary(MAXIMUM, doc="Elementwise max; at ties the gradient goes to ``x``.")
+subtract = make_binary(
+    SUBTRACT,
+    doc="""x - y with NumPy broadcasting (also the ``-`` operator).
+
+    >>> import remat as rm
+    >>> rm.subtract(rm.tensor([[1.0], [2.0]]), rm.tensor([1.0, 0.0]))
+    tensor([[0., 1.],
+           [1., 2.]])
+    """,
+)
 
 
-minimum = make_binary(MINIMUM, doc="Elementwise min; at ties the gradient goes to ``x``.")
+multiply = make_binary(
+    MULTIPLY,
+    doc="""x * y with NumPy broadcasting (also the ``*`` operator).
+
+    >>> import remat as rm
+    >>> rm.multiply(rm.tensor([1.0, 2.0]), rm.tensor([3.0, 4.0]))
+    tensor([3., 8.])
+    """,
+)
+
+
+divide = make_binary(
+    DIVIDE,
+    doc="""x / y with NumPy broadcasting (also the ``/`` operator).
+
+    >>> import remat as rm
+    >>> rm.divide(1, rm.tensor([2.0, 4.0]))
+    tensor([0.5 , 0.25])
+    """,
+)
+
+
+power = make_binary(
+    POWER,
+    doc="""x ** y (also the ``**`` operator); at x = 0 the gradients follow PyTorch
+    (finite, 0 where it gives 0).
+
+    >>> import remat as rm
+    >>> rm.power(rm.tensor([2.0, 3.0]), 2)
+    tensor([4., 9.])
+    """,
+)
+
+
+maximum = make_binary(
+    MAXIMUM,
+    doc="""Elementwise max; at ties the gradient goes to ``x``.
+
+    >>> import remat as rm
+    >>> rm.maximum(rm.tensor([1.0, 5.0]), 3.0)
+    tensor([3., 5.])
+    """,
+)
+
+
+minimum = make_binary(
+    MINIMUM,
+    doc="""Elementwise min; at ties the gradient goes to ``x``.
+
+    >>> import remat as rm
+    >>> rm.minimum(rm.tensor([1.0, 5.0]), 3.0)
+    tensor([1., 3.])
+    """,
+)
 
 
 # --- selections -------------------------------------------------------------------
@@ -171,8 +297,14 @@ WHERE = defop(
 )
 
 
-def where(condition, x, y):
-    """``x`` where ``condition`` holds, else ``y`` (the condition gets no gradient)."""
+def where(condition: TensorLike, x: TensorLike, y: TensorLike) -> Tensor:
+    """``x`` where ``condition`` holds, else ``y`` (the condition gets no gradient).
+
+    >>> import remat as rm
+    >>> x = rm.tensor([-1.0, 2.0])
+    >>> rm.where(x > 0, x, 0.0)
+    tensor([0., 2.])
+    """
     return apply(WHERE, (condition, x, y))
 
 
@@ -187,8 +319,12 @@ def _clip_vjp(ns, g, ans, x, a_min=None, a_max=None):
 CLIP = defop("clip", xp.clip, _clip_vjp, needs=("0",), jvps=SELF_ADJOINT)
 
 
-def clip(x, a_min=None, a_max=None):
+def clip(x: TensorLike, a_min: TensorLike | None = None, a_max: TensorLike | None = None) -> Tensor:
     """Limit values to [a_min, a_max]; gradient 0 outside.
+
+    >>> import remat as rm
+    >>> rm.clip(rm.tensor([-2.0, 0.5, 3.0]), -1, 1)
+    tensor([-1. ,  0.5,  1. ])
 
     Constant bounds (numbers, arrays, Tensors that need no gradient) are
     copied.  A bound that requires a gradient makes clip
@@ -196,7 +332,7 @@ def clip(x, a_min=None, a_max=None):
     """
     a_min, a_max = (as_tensor(b) if isinstance(b, (list, tuple)) else b for b in (a_min, a_max))
     if any(isinstance(b, Tensor) and b.requires_grad for b in (a_min, a_max)):
-        out = x if a_min is None else maximum(x, a_min)
+        out = as_tensor(x) if a_min is None else maximum(x, a_min)
         return out if a_max is None else minimum(out, a_max)
     bounds = {}
     for name, bound in (("a_min", a_min), ("a_max", a_max)):

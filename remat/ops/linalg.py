@@ -1,6 +1,14 @@
 """Matrix products: matmul (NumPy's rules for 1-D and batched operands) and einsum."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .core import SHAPE_RULES, ShapeError, Variadic, apply, as_tensor, defop, make_binary, xp
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+    from ..typing import TensorLike
 
 # Each rule sees only the other operand; the rank of its own operand follows
 # from the cotangent's rank (NumPy drops the axis a 1-D operand contributed).
@@ -41,7 +49,13 @@ MATMUL = defop(
 )
 SHAPE_RULES["matmul"] = _matmul_shapes
 matmul = make_binary(
-    MATMUL, doc="Matrix product with NumPy's rules (1-D operands, broadcast batch axes)."
+    MATMUL,
+    doc="""Matrix product with NumPy's rules (1-D operands, broadcast batch axes); also ``a @ b``.
+
+    >>> import remat as rm
+    >>> rm.matmul(rm.ones((2, 3)), rm.arange(3.0))
+    tensor([3., 3.])
+    """,
 )
 
 
@@ -98,8 +112,13 @@ EINSUM = defop(
 )
 
 
-def einsum(subscripts, *operands):
-    """Einstein summation, as numpy.einsum (explicit or implicit output; no '...')."""
+def einsum(subscripts: str, *operands: TensorLike) -> Tensor:
+    """Einstein summation, as numpy.einsum (explicit or implicit output; no '...').
+
+    >>> import remat as rm
+    >>> rm.einsum("ij,j->i", rm.eye(2), rm.tensor([3.0, 4.0]))
+    tensor([3., 4.])
+    """
     tensors = [as_tensor(o) for o in operands]
     terms, _ = _parse_einsum(subscripts, len(tensors))
     for term, t in zip(terms, tensors):

@@ -4,7 +4,15 @@ Each is one primitive with a hand-written VJP, rather than a composition of
 smaller ops: fewer records on the tape, and numerically stable forms.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .core import SELF_ADJOINT, as_tensor, check_axis, defop, make_unary, unary, xp
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+    from ..typing import TensorLike
 from .reduce import _logsumexp
 
 
@@ -51,17 +59,43 @@ LOG_SOFTMAX = defop(
 )
 
 
-sigmoid = make_unary(SIGMOID, doc="1 / (1 + exp(-x)), computed without overflow.")
-relu = make_unary(RELU, doc="max(x, 0), elementwise; the gradient at 0 is 0.")
+sigmoid = make_unary(
+    SIGMOID,
+    doc="""1 / (1 + exp(-x)), computed without overflow.
+
+    >>> import remat as rm
+    >>> rm.sigmoid(rm.tensor([0.0, -1000.0]))
+    tensor([0.5, 0. ])
+    """,
+)
+relu = make_unary(
+    RELU,
+    doc="""max(x, 0), elementwise; the gradient at 0 is 0.
+
+    >>> import remat as rm
+    >>> rm.relu(rm.tensor([-1.0, 0.0, 2.0]))
+    tensor([0., 0., 2.])
+    """,
+)
 
 
-def softmax(x, axis=-1):
-    """exp(x) / sum(exp(x)) along ``axis``, computed stably."""
+def softmax(x: TensorLike, axis: int = -1) -> Tensor:
+    """exp(x) / sum(exp(x)) along ``axis``, computed stably.
+
+    >>> import remat as rm
+    >>> rm.softmax(rm.tensor([0.0, 0.0, 1000.0]))
+    tensor([0., 0., 1.])
+    """
     x = as_tensor(x)
     return unary(SOFTMAX, x, axis=check_axis("softmax", axis, x.ndim))
 
 
-def log_softmax(x, axis=-1):
-    """x - logsumexp(x) along ``axis``."""
+def log_softmax(x: TensorLike, axis: int = -1) -> Tensor:
+    """x - logsumexp(x) along ``axis``.
+
+    >>> import remat as rm
+    >>> rm.log_softmax(rm.tensor([[0.0, 0.0]]), axis=1)
+    tensor([[-0.69314718, -0.69314718]])
+    """
     x = as_tensor(x)
     return unary(LOG_SOFTMAX, x, axis=check_axis("log_softmax", axis, x.ndim))

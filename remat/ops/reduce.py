@@ -5,8 +5,15 @@ axes back as size-1 axes (:func:`kept_axes`) so that it broadcasts against the
 input again.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .. import backend
 from .core import ShapeError, Tensor, apply, as_tensor, check_axis, constant_of, defop, xp
+
+if TYPE_CHECKING:
+    from ..typing import Axis, TensorLike
 
 
 def normalize_axes(axis, ndim):
@@ -96,26 +103,55 @@ def _reduce(op, x, axis, keepdims):
     return apply(op, (x,), forward_kw, {**forward_kw, "shape": x.shape})
 
 
-def sum(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
+def sum(x: TensorLike, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """The sum over ``axis`` (every axis by default), as ``numpy.sum`` (NumPy's name).
+
+    >>> import remat as rm
+    >>> rm.sum(rm.ones((2, 3)), axis=0)
+    tensor([2., 2., 2.])
+    """
     return _reduce(SUM, x, axis, keepdims)
 
 
-def mean(x, axis=None, keepdims=False):
+def mean(x: TensorLike, axis: Axis = None, keepdims: bool = False) -> Tensor:
+    """The mean over ``axis`` (every axis by default), as ``numpy.mean``.
+
+    >>> import remat as rm
+    >>> rm.mean(rm.tensor([[1.0, 2.0], [3.0, 4.0]]), axis=1, keepdims=True)
+    tensor([[1.5],
+           [3.5]])
+    """
     return _reduce(MEAN, x, axis, keepdims)
 
 
-def max(x, axis=None, keepdims=False):  # noqa: A001
-    """Largest element(s); ties share the gradient equally."""
+def max(x: TensorLike, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Largest element(s); ties share the gradient equally.
+
+    >>> import remat as rm
+    >>> x = rm.tensor([1.0, 3.0, 3.0], requires_grad=True)
+    >>> rm.max(x).backward(); x.grad
+    array([0. , 0.5, 0.5])
+    """
     return _reduce(MAX, x, axis, keepdims)
 
 
-def min(x, axis=None, keepdims=False):  # noqa: A001
-    """Smallest element(s); ties share the gradient equally."""
+def min(x: TensorLike, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Smallest element(s); ties share the gradient equally.
+
+    >>> import remat as rm
+    >>> rm.min(rm.tensor([[1.0, -2.0], [0.5, 4.0]]), axis=0)
+    tensor([ 0.5, -2. ])
+    """
     return _reduce(MIN, x, axis, keepdims)
 
 
-def logsumexp(x, axis=None, keepdims=False):
-    """log(sum(exp(x))) computed stably (the largest element is factored out)."""
+def logsumexp(x: TensorLike, axis: Axis = None, keepdims: bool = False) -> Tensor:
+    """log(sum(exp(x))) computed stably (the largest element is factored out).
+
+    >>> import remat as rm
+    >>> rm.logsumexp(rm.tensor([1000.0, 1000.0]))
+    tensor(1000.69314718)
+    """
     return _reduce(LOGSUMEXP, x, axis, keepdims)
 
 
@@ -133,7 +169,7 @@ def _arg_extreme(name, x, axis, keepdims):
     return Tensor._wrap(out if backend.is_array(out) else xp.asarray(out))  # 0-d: an array
 
 
-def argmax(x, axis=None, keepdims=False):
+def argmax(x: TensorLike, axis: int | None = None, keepdims: bool = False) -> Tensor:
     """Indices of the largest elements (of the flattened tensor, or along ``axis``), as
     ``numpy.argmax``: an int64 tensor without gradient.  Ties give the first index.
 
@@ -144,7 +180,7 @@ def argmax(x, axis=None, keepdims=False):
     return _arg_extreme("argmax", x, axis, keepdims)
 
 
-def argmin(x, axis=None, keepdims=False):
+def argmin(x: TensorLike, axis: int | None = None, keepdims: bool = False) -> Tensor:
     """Indices of the smallest elements, as ``numpy.argmin`` (see :func:`argmax`).
 
     >>> import remat as rm

@@ -3,8 +3,26 @@
 They move values without changing them, so each VJP moves the cotangent back.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from .. import backend
-from .core import SELF_ADJOINT, ShapeError, Variadic, apply, as_tensor, check_axis, defop, xp
+from .core import (
+    SELF_ADJOINT,
+    ShapeError,
+    Tensor,
+    Variadic,
+    apply,
+    as_tensor,
+    check_axis,
+    defop,
+    xp,
+)
+
+if TYPE_CHECKING:
+    from ..typing import DTypeLike, TensorLike
 
 
 def _reshape(x, shape, old_shape=None):
@@ -20,13 +38,18 @@ RESHAPE = defop(
 )
 
 
-def reshape(x, *shape):
-    """A new shape for the same values; ``reshape(x, 2, 3)`` and ``reshape(x, (2, 3))`` agree."""
+def reshape(x: TensorLike, *shape: int | Sequence[int]) -> Tensor:
+    """A new shape for the same values; ``reshape(x, 2, 3)`` and ``reshape(x, (2, 3))`` agree.
+
+    >>> import remat as rm
+    >>> rm.reshape(rm.arange(6.0), 2, 3)
+    tensor([[0., 1., 2.],
+           [3., 4., 5.]])
+    """
     x = as_tensor(x)
-    if len(shape) == 1 and not isinstance(shape[0], int):
-        shape = shape[0]
-    shape = tuple(int(n) for n in shape)  # a copy: an array given as the shape may change
-    return apply(RESHAPE, (x,), {"shape": shape}, {"shape": shape, "old_shape": x.shape})
+    given: Any = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+    sizes = tuple(int(n) for n in given)  # a copy: an array given as the shape may change
+    return apply(RESHAPE, (x,), {"shape": sizes}, {"shape": sizes, "old_shape": x.shape})
 
 
 def _transpose(x, axes):
@@ -42,20 +65,26 @@ TRANSPOSE = defop(
 )
 
 
-def transpose(x, *axes):
-    """Permute axes (reversed by default); ``transpose(x, 1, 0)`` or ``transpose(x, (1, 0))``."""
+def transpose(x: TensorLike, *axes: int | Sequence[int] | None) -> Tensor:
+    """Permute axes (reversed by default); ``transpose(x, 1, 0)`` or ``transpose(x, (1, 0))``.
+
+    >>> import remat as rm
+    >>> rm.transpose(rm.zeros((2, 3, 4)), (2, 0, 1)).shape
+    (4, 2, 3)
+    """
     x = as_tensor(x)
+    given: Any = axes
     if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
-        axes = axes[0]
-    if not axes:
-        axes = tuple(range(x.ndim))[::-1]
-    elif sorted(check_axis("transpose", a, x.ndim) for a in axes) != list(range(x.ndim)):
+        given = axes[0]
+    if not given:
+        given = tuple(range(x.ndim))[::-1]
+    elif sorted(check_axis("transpose", a, x.ndim) for a in given) != list(range(x.ndim)):
         raise ShapeError(
-            f"transpose: axes {tuple(axes)} are not a permutation of the {x.ndim} axes of a "
+            f"transpose: axes {tuple(given)} are not a permutation of the {x.ndim} axes of a "
             f"tensor of shape {x.shape}"
         )
-    axes = tuple(check_axis("transpose", a, x.ndim) for a in axes)
-    return apply(TRANSPOSE, (x,), {"axes": axes})
+    order = tuple(check_axis("transpose", a, x.ndim) for a in given)
+    return apply(TRANSPOSE, (x,), {"axes": order})
 
 
 def _swapaxes(x, axis1, axis2):
@@ -71,7 +100,13 @@ SWAPAXES = defop(
 )
 
 
-def swapaxes(x, axis1, axis2):
+def swapaxes(x: TensorLike, axis1: int, axis2: int) -> Tensor:
+    """Exchange two axes, as ``numpy.swapaxes``.
+
+    >>> import remat as rm
+    >>> rm.swapaxes(rm.zeros((2, 3, 4)), 0, 2).shape
+    (4, 3, 2)
+    """
     return apply(SWAPAXES, (as_tensor(x),), {"axis1": axis1, "axis2": axis2})
 
 
@@ -89,7 +124,15 @@ BROADCAST_TO = defop(
 )
 
 
-def broadcast_to(x, shape):
+def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor:
+    """``x`` repeated along new or size-1 axes to ``shape``, as ``numpy.broadcast_to``;
+    the gradient sums back over the repeats.
+
+    >>> import remat as rm
+    >>> rm.broadcast_to(rm.tensor([1.0, 2.0]), (2, 2))
+    tensor([[1., 2.],
+           [1., 2.]])
+    """
     return apply(BROADCAST_TO, (as_tensor(x),), {"shape": tuple(shape)})
 
 
@@ -118,18 +161,23 @@ CONCATENATE = defop(
 )
 
 
-def concatenate(tensors, axis=0):
-    """Join tensors along an existing axis."""
-    tensors = [as_tensor(t) for t in tensors]
-    if not tensors:
+def concatenate(tensors: Sequence[TensorLike], axis: int = 0) -> Tensor:
+    """Join tensors along an existing axis.
+
+    >>> import remat as rm
+    >>> rm.concatenate([rm.zeros(2), rm.ones(1)])
+    tensor([0., 0., 1.])
+    """
+    parts = [as_tensor(t) for t in tensors]
+    if not parts:
         raise ValueError("concatenate: needs at least one tensor")
-    if tensors[0].ndim == 0:
+    if parts[0].ndim == 0:
         raise ShapeError("concatenate: 0-d tensors have no axis to join along; use stack")
-    axis = check_axis("concatenate", axis, tensors[0].ndim)
+    axis = check_axis("concatenate", axis, parts[0].ndim)
     offsets = [0]
-    for t in tensors:
+    for t in parts:
         offsets.append(offsets[-1] + (t.shape[axis] if t.ndim > axis else 0))
-    return apply(CONCATENATE, tensors, {"axis": axis}, {"axis": axis, "offsets": tuple(offsets)})
+    return apply(CONCATENATE, parts, {"axis": axis}, {"axis": axis, "offsets": tuple(offsets)})
 
 
 def _stack(*arrays, axis):
@@ -149,13 +197,19 @@ STACK = defop(
 )
 
 
-def stack(tensors, axis=0):
-    """Join tensors along a new axis."""
-    tensors = [as_tensor(t) for t in tensors]
-    if not tensors:
+def stack(tensors: Sequence[TensorLike], axis: int = 0) -> Tensor:
+    """Join tensors along a new axis.
+
+    >>> import remat as rm
+    >>> rm.stack([rm.zeros(2), rm.ones(2)], axis=1)
+    tensor([[0., 1.],
+           [0., 1.]])
+    """
+    parts = [as_tensor(t) for t in tensors]
+    if not parts:
         raise ValueError("stack: needs at least one tensor")
-    axis = check_axis("stack", axis, tensors[0].ndim + 1)
-    return apply(STACK, tensors, {"axis": axis})
+    axis = check_axis("stack", axis, parts[0].ndim + 1)
+    return apply(STACK, parts, {"axis": axis})
 
 
 def _to_device(x, device):
@@ -171,8 +225,13 @@ TO_DEVICE = defop(
 )
 
 
-def to_device(x, device):
-    """The same values on ``device`` ("cpu" or "cuda"); gradients flow back across."""
+def to_device(x: TensorLike, device: str) -> Tensor:
+    """The same values on ``device`` ("cpu" or "cuda"); gradients flow back across.
+
+    >>> import remat as rm
+    >>> rm.to_device(rm.ones(2), "cpu").device
+    'cpu'
+    """
     x = as_tensor(x)
     backend.check_device(device)
     return apply(TO_DEVICE, (x,), {"device": device}, {"device": device, "source": x.device})
@@ -191,8 +250,17 @@ ASTYPE = defop(
 )
 
 
-def astype(x, dtype):
-    """The same values in another dtype; the gradient comes back in the input's dtype."""
+def astype(x: TensorLike, dtype: DTypeLike) -> Tensor:
+    """The same values in another dtype; the gradient comes back in the input's dtype.
+
+    >>> import remat as rm
+    >>> x = rm.tensor([1.5, 2.5], requires_grad=True)
+    >>> y = rm.astype(x, "float32")
+    >>> y.dtype
+    dtype('float32')
+    >>> y.sum().backward(); x.grad.dtype
+    dtype('float64')
+    """
     x = as_tensor(x)
     dtype = backend.xp.dtype(dtype)
     if x.requires_grad and not backend.is_floating(dtype):

@@ -41,6 +41,7 @@ from .actions import (
     Free,
     Restore,
     Reverse,
+    Schedule,
     Snapshot,
     Tape,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "Restore",
     "Reverse",
     "Revolve",
+    "Schedule",
     "ScheduleError",
     "Simulation",
     "Snapshot",

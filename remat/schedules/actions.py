@@ -36,7 +36,9 @@ but two actions are equal only when they have the same type, so
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from operator import itemgetter
+from typing import Protocol
 
 MEMORY = "memory"
 """Storage level of a slot held in the memory of the running process."""
@@ -45,12 +47,46 @@ DISK = "disk"
 """Storage level of a slot held in a file: writing and reading it costs time."""
 
 
+class Schedule(Protocol):
+    """What every schedule is, for type checkers: an iterable of actions that says
+    how many steps it reverses (None: learned when the loop ends, as
+    :class:`~.online.Online`) with how many slots.  The executor, ``rm.Tape(schedule=)``
+    and :func:`~.simulate.simulate` take any object of this shape.
+
+    >>> from remat.schedules import Revolve, Schedule, Tape, End, EndForward, Reverse
+    >>> class OneTape:  # a schedule of one's own: tape everything (store-all)
+    ...     snapshots = 0
+    ...     def __init__(self, steps: int) -> None:
+    ...         self.steps = steps
+    ...     def __iter__(self):
+    ...         n = self.steps
+    ...         return iter([Tape(0, n), EndForward(), Reverse(0, n), End()])
+    >>> def evaluations(schedule: Schedule) -> int:
+    ...     return sum(a.stop - a.start for a in schedule if isinstance(a, Tape))
+    >>> evaluations(OneTape(10)), evaluations(Revolve(10, 2))
+    (10, 10)
+    """
+
+    @property
+    def steps(self) -> int | None: ...
+
+    @property
+    def snapshots(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Action]: ...
+
+
 def _field(index: int, doc: str) -> property:
     return property(itemgetter(index), doc=doc)
 
 
 class Action(tuple):
-    """Base class: an immutable record whose fields are named in ``_fields``."""
+    """Base class: an immutable record whose fields are named in ``_fields``.
+
+    >>> from remat.schedules import Action, Advance
+    >>> isinstance(Advance(0, 3), Action), Advance(0, 3)._fields
+    (True, ('start', 'stop'))
+    """
 
     __slots__ = ()
     _fields: tuple[str, ...] = ()
@@ -75,7 +111,13 @@ class Action(tuple):
 
 
 class Advance(Action):
-    """Evaluate steps ``start .. stop-1`` untaped; current goes ``start -> stop``."""
+    """Evaluate steps ``start .. stop-1`` untaped; current goes ``start -> stop``.
+
+    >>> from remat.schedules import Advance
+    >>> action = Advance(0, 3)
+    >>> action.start, action.stop, tuple(action)
+    (0, 3, (0, 3))
+    """
 
     __slots__ = ()
     _fields = __match_args__ = ("start", "stop")
@@ -87,7 +129,12 @@ class Advance(Action):
 
 
 class Tape(Action):
-    """Evaluate steps ``start .. stop-1`` and keep their tapes for reversal."""
+    """Evaluate steps ``start .. stop-1`` and keep their tapes for reversal.
+
+    >>> from remat.schedules import StoreAll
+    >>> list(StoreAll(3))[0]
+    Tape(0, 3)
+    """
 
     __slots__ = ()
     _fields = __match_args__ = ("start", "stop")
@@ -99,7 +146,12 @@ class Tape(Action):
 
 
 class Reverse(Action):
-    """Reverse the taped steps ``stop-1`` down to ``start`` and release their tapes."""
+    """Reverse the taped steps ``stop-1`` down to ``start`` and release their tapes.
+
+    >>> from remat.schedules import StoreAll
+    >>> list(StoreAll(3))[2]
+    Reverse(0, 3)
+    """
 
     __slots__ = ()
     _fields = __match_args__ = ("start", "stop")
@@ -111,7 +163,12 @@ class Reverse(Action):
 
 
 class Discard(Action):
-    """Drop the tapes of steps ``start .. stop-1`` without reversing them."""
+    """Drop the tapes of steps ``start .. stop-1`` without reversing them.
+
+    >>> from remat.schedules import Discard
+    >>> Discard(4, 6).stop
+    6
+    """
 
     __slots__ = ()
     _fields = __match_args__ = ("start", "stop")
@@ -123,7 +180,12 @@ class Discard(Action):
 
 
 class Snapshot(Action):
-    """Store the current state, ``x_step``, in ``slot`` (replacing its content)."""
+    """Store the current state, ``x_step``, in ``slot`` (replacing its content).
+
+    >>> from remat.schedules import DISK, Snapshot
+    >>> Snapshot(0, 1), Snapshot(5, 0, DISK).level
+    (Snapshot(0, 1), 'disk')
+    """
 
     __slots__ = ()
     _fields = __match_args__ = ("step", "slot", "level")
@@ -136,7 +198,12 @@ class Snapshot(Action):
 
 
 class Restore(Action):
-    """Make the state stored in ``slot`` (which is ``x_step``) current."""
+    """Make the state stored in ``slot`` (which is ``x_step``) current.
+
+    >>> from remat.schedules import Restore
+    >>> Restore(step=1, slot=1)
+    Restore(1, 1)
+    """
 
     __slots__ = ()
     _fields = __match_args__ = ("step", "slot", "level")
@@ -149,7 +216,12 @@ class Restore(Action):
 
 
 class Free(Action):
-    """Release ``slot``; schedules do it right after the slot's last use."""
+    """Release ``slot``; schedules do it right after the slot's last use.
+
+    >>> from remat.schedules import Free, Revolve
+    >>> [a for a in Revolve(4, 2) if isinstance(a, Free)]
+    [Free(1), Free(0)]
+    """
 
     __slots__ = ()
     _fields = __match_args__ = ("slot", "level")
@@ -161,7 +233,12 @@ class Free(Action):
 
 
 class EndForward(Action):
-    """The forward sweep is over: current is ``x_n`` and step ``n-1`` is taped."""
+    """The forward sweep is over: current is ``x_n`` and step ``n-1`` is taped.
+
+    >>> from remat.schedules import EndForward, StoreAll
+    >>> EndForward() in list(StoreAll(2))
+    True
+    """
 
     __slots__ = ()
 
@@ -170,7 +247,12 @@ class EndForward(Action):
 
 
 class End(Action):
-    """Every step has been reversed; tapes and slots are all released."""
+    """Every step has been reversed; tapes and slots are all released.
+
+    >>> from remat.schedules import End, Revolve
+    >>> list(Revolve(4, 2))[-1] == End()
+    True
+    """
 
     __slots__ = ()
 

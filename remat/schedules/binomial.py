@@ -39,14 +39,24 @@ from .arguments import require_count
 
 
 def beta(s: int, t: int) -> int:
-    """``C(s + t, s)``: the longest chain ``s`` slots reverse with ``t`` repetitions."""
+    """``C(s + t, s)``: the longest chain ``s`` slots reverse with ``t`` repetitions.
+
+    >>> from remat.schedules import beta
+    >>> beta(2, 3)  # C(5, 2) steps: the most 2 slots reverse with 3 sweeps
+    10
+    """
     s = require_count("beta", "s", s, minimum=0)
     t = require_count("beta", "t", t, minimum=0)
     return comb(s + t, s)
 
 
 def repetition_number(steps: int, snapshots: int) -> int:
-    """The smallest ``r`` with ``beta(snapshots, r) >= steps``."""
+    """The smallest ``r`` with ``beta(snapshots, r) >= steps``.
+
+    >>> from remat.schedules import repetition_number
+    >>> repetition_number(10, 2), repetition_number(11, 2)
+    (3, 4)
+    """
     n = require_count("repetition_number", "steps", steps)
     s = require_count("repetition_number", "snapshots", snapshots)
     r, reach = 0, 1  # reach == beta(s, r)
@@ -57,7 +67,12 @@ def repetition_number(steps: int, snapshots: int) -> int:
 
 
 def optimal_forward_steps(steps: int, snapshots: int) -> int:
-    """``T(n, s) = n + r*n - C(s + r, s + 1)``: the Griewank-Walther minimum."""
+    """``T(n, s) = n + r*n - C(s + r, s + 1)``: the Griewank-Walther minimum.
+
+    >>> from remat.schedules import optimal_forward_steps
+    >>> optimal_forward_steps(10, 2), optimal_forward_steps(10, 10)
+    (30, 19)
+    """
     n = require_count("optimal_forward_steps", "steps", steps)
     s = require_count("optimal_forward_steps", "snapshots", snapshots)
     r = repetition_number(n, s)

@@ -17,8 +17,17 @@ from .revolve import Revolve
 SCHEDULE_NAMES = ("store_all", "sqrt", "periodic", "revolve", "online", "mixed")
 
 
-def make_schedule(name: str, steps: int | None = None, snapshots: int | None = None):
-    """Build the schedule called ``name`` (one of :data:`SCHEDULE_NAMES`)."""
+def make_schedule(
+    name: str, steps: int | None = None, snapshots: int | None = None
+) -> StoreAll | Sqrt | Periodic | Revolve | Mixed | Online:
+    """Build the schedule called ``name`` (one of :data:`SCHEDULE_NAMES`).
+
+    >>> from remat.schedules import make_schedule
+    >>> make_schedule('revolve', steps=100, snapshots=5)
+    Revolve(steps=100, snapshots=5)
+    >>> make_schedule('online', snapshots=4)
+    Online(snapshots=4)
+    """
     uses = {
         "store_all": ("steps",),
         "sqrt": ("steps",),
@@ -44,13 +53,16 @@ def make_schedule(name: str, steps: int | None = None, snapshots: int | None = N
     if name == "store_all":
         return StoreAll(steps)
     if name == "sqrt":
+        assert steps is not None  # checked above, as for the other branches
         return Sqrt(steps)
     if name == "periodic":
         n = require_count("make_schedule", "steps", steps)
         s = require_count("make_schedule", "snapshots", snapshots)
         return Periodic(n, -(-n // (s + 1)))
+    assert snapshots is not None
+    if name == "online":
+        return Online(snapshots)
+    assert steps is not None
     if name == "revolve":
         return Revolve(steps, snapshots)
-    if name == "mixed":
-        return Mixed(steps, snapshots)
-    return Online(snapshots)
+    return Mixed(steps, snapshots)

@@ -38,12 +38,19 @@ class ChainCosts:
     ``ChainCosts.uniform(n, ...)`` builds the costs of a loop whose steps are
     all alike.  The sequences are stored as tuples of plain ``int`` (integral
     inputs, NumPy's included) and ``float``; ``len(costs)`` is ``n``.
+
+    >>> from remat.schedules import ChainCosts
+    >>> costs = ChainCosts([1.0, 2.0], [2.0, 4.0], [8, 8, 16], [24, 48])
+    >>> costs.steps, costs.tape_bytes
+    (2, (24, 48))
+    >>> ChainCosts.uniform(3, 1.0, 2.0, 8, 24).state_bytes
+    (8, 8, 8, 8)
     """
 
-    forward_time: tuple
-    reverse_time: tuple
-    state_bytes: tuple
-    tape_bytes: tuple
+    forward_time: tuple[float, ...]
+    reverse_time: tuple[float, ...]
+    state_bytes: tuple[float, ...]
+    tape_bytes: tuple[float, ...]
 
     def __post_init__(self) -> None:
         given = {name: getattr(self, name) for name in _FIELDS}
@@ -81,15 +88,22 @@ class ChainCosts:
             object.__setattr__(self, name, values)
 
     @classmethod
-    def uniform(cls, steps: int, forward_time, reverse_time, state_bytes, tape_bytes) -> ChainCosts:
+    def uniform(
+        cls,
+        steps: int,
+        forward_time: float,
+        reverse_time: float,
+        state_bytes: float,
+        tape_bytes: float,
+    ) -> ChainCosts:
         """The costs of ``steps`` identical steps."""
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"ChainCosts.uniform: steps must be an integer >= 1, got {steps!r}")
         return cls(
-            [forward_time] * steps,
-            [reverse_time] * steps,
-            [state_bytes] * (steps + 1),
-            [tape_bytes] * steps,
+            (forward_time,) * steps,
+            (reverse_time,) * steps,
+            (state_bytes,) * (steps + 1),
+            (tape_bytes,) * steps,
         )
 
     def __len__(self) -> int:

@@ -101,8 +101,9 @@ equal to the one below ends the table: more disk slots would not be used).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from numbers import Real
+from typing import Any, cast
 
 from .actions import (
     DISK,
@@ -123,9 +124,10 @@ INF = float("inf")
 
 def require_cost(owner: str, name: str, value: object) -> float:
     """A finite real number >= 0 (a write or read cost), else a ValueError."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < INF:
+    cost = cast(float, value)  # the stubs give numbers.Real no comparisons; a Real has them
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= cost < INF:
         raise ValueError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
-    return value
+    return cost
 
 
 def _memory_table(n_max: int, s: int) -> list:
@@ -155,7 +157,7 @@ def _convex_kinks(table: list, stop: int) -> list:
 class _Tables:
     """The optimal costs (and splits) of every chain up to ``n_max`` steps."""
 
-    def __init__(self, n_max: int, s: int, write_cost, read_cost) -> None:
+    def __init__(self, n_max: int, s: int, write_cost: float, read_cost: float) -> None:
         self.n_max, self.s, self.wc, self.rc = n_max, s, write_cost, read_cost
         self.M = _memory_table(n_max, s)
 
@@ -173,7 +175,8 @@ class _Tables:
         # Right part in memory: M is convex, so of two split points the later
         # one, once at least as good, stays so as n grows (the cost matrix is
         # Monge).  `queue` keeps each useful split with the first n it wins.
-        queue, head = [], 0
+        queue: list[tuple[int, int]] = []
+        head = 0
         right_kinks = [] if right is None else _convex_kinks(right, n_max + 1)
         for n in range(2, n_max + 1):
             best, arg = M[n], 0
@@ -239,7 +242,8 @@ class _Tables:
         Stops early when a level equals the one below: then every higher one
         does too (the recurrence is the same).
         """
-        Ps, splits = [None], [None]
+        Ps: list[list | None] = [None]
+        splits: list[list | None] = [None]
         for m in range(1, d + 1):
             P, split = self._level(Ps[-1])
             if m >= 2 and P == Ps[-1]:
@@ -273,7 +277,8 @@ class _Tables:
             ):
                 longest = j
         c_kinks = [b for b in _convex_kinks(C, n_max + 1) if b < longest]
-        D, split, d_kinks = [0, 0], [0, 0], []
+        D, split = [0, 0], [0, 0]
+        d_kinks: list[int] = []
         for n in range(2, n_max + 1):
             best, arg = M[n], 0
             top = min(longest, n - 1)  # segments of 1 .. top steps
@@ -308,23 +313,33 @@ def _check(owner, steps, snapshots, write_cost, read_cost):
     return n, s, wc, rc
 
 
-def disk_revolve_cost(steps: int, snapshots: int, write_cost, read_cost):
+def disk_revolve_cost(steps: int, snapshots: int, write_cost: float, read_cost: float) -> float:
     """Optimal extra cost with ``snapshots`` memory slots and an unbounded disk.
 
     ``advances + write_cost * disk writes + read_cost * disk reads`` of
     :class:`DiskRevolve` (Aupy et al. 2016's ``Opt_inf(steps - 1, snapshots)``
     with ``uf = 1, ub = 0``).
+
+    >>> from remat.schedules import disk_revolve_cost
+    >>> disk_revolve_cost(30, 2, write_cost=2, read_cost=2)
+    80
     """
     n, s, wc, rc = _check("disk_revolve_cost", steps, snapshots, write_cost, read_cost)
     return _Tables(n, s, wc, rc).unbounded()[2][n]
 
 
-def two_level_cost(steps: int, snapshots: int, disk_snapshots: int, write_cost, read_cost):
+def two_level_cost(
+    steps: int, snapshots: int, disk_snapshots: int, write_cost: float, read_cost: float
+) -> float:
     """Optimal extra cost with ``snapshots`` memory and ``disk_snapshots`` disk slots.
 
     ``advances + write_cost * disk writes + read_cost * disk reads`` of
     :class:`TwoLevel` (Herrmann and Pallez 2020's optimum for two levels);
     with ``disk_snapshots = 0`` it is Revolve's ``E(n, s)``.
+
+    >>> from remat.schedules import two_level_cost
+    >>> two_level_cost(30, 2, 0, 2, 2), two_level_cost(30, 2, 3, 2, 2)
+    (126, 81)
     """
     n, s, d, wc, rc = _check_two(
         "two_level_cost", steps, snapshots, disk_snapshots, write_cost, read_cost
@@ -369,7 +384,7 @@ class _Generator:
             if type(action) is not EndForward:
                 yield action
 
-    def run(self, expand, root) -> Iterator[Action]:
+    def run(self, expand: Callable[[Any], Sequence[Any]], root: Any) -> Iterator[Action]:
         """Depth-first: ``expand(task)`` returns the parts of a task, in order."""
         stack = [root]
         while stack:
@@ -396,11 +411,17 @@ class DiskRevolve:
     read_cost)``, and ``x0_level`` says where ``x_0`` is stored.  Disk slots
     are numbered from 0 (``x_0``'s) by depth; ``disk_snapshots`` is ``None``
     (unbounded).
+
+    >>> from remat.schedules import DiskRevolve, simulate
+    >>> plan = DiskRevolve(steps=30, snapshots=2, write_cost=2, read_cost=2)
+    >>> r = simulate(plan)
+    >>> plan.cost, r.writes, r.reads
+    (80, {'memory': 12, 'disk': 4}, {'memory': 25, 'disk': 4})
     """
 
     disk_snapshots = None
 
-    def __init__(self, steps: int, snapshots: int, write_cost, read_cost) -> None:
+    def __init__(self, steps: int, snapshots: int, write_cost: float, read_cost: float) -> None:
         self.steps, self.snapshots, self.write_cost, self.read_cost = _check(
             "DiskRevolve", steps, snapshots, write_cost, read_cost
         )
@@ -457,10 +478,20 @@ class TwoLevel:
     conventions are in :mod:`.disk`; ``cost`` is the optimum,
     ``two_level_cost(...)``, and ``x0_level`` says where ``x_0`` is stored.
     The disk slot of a segment with ``m`` slots left is ``disk_snapshots - m``.
+
+    >>> from remat.schedules import TwoLevel, simulate
+    >>> plan = TwoLevel(30, snapshots=2, disk_snapshots=3, write_cost=2, read_cost=2)
+    >>> plan.cost, simulate(plan).peak_disk_snapshots
+    (81, 3)
     """
 
     def __init__(
-        self, steps: int, snapshots: int, disk_snapshots: int, write_cost, read_cost
+        self,
+        steps: int,
+        snapshots: int,
+        disk_snapshots: int,
+        write_cost: float,
+        read_cost: float,
     ) -> None:
         n, s, d, wc, rc = _check_two(
             "TwoLevel", steps, snapshots, disk_snapshots, write_cost, read_cost
@@ -469,7 +500,10 @@ class TwoLevel:
         self.write_cost, self.read_cost = wc, rc
         tables = _Tables(n, s, wc, rc)
         self._M = tables.M
-        self._P, self._split = tables.two_level(d) if d else ([None], [None])
+        self._P: list = [None]
+        self._split: list = [None]
+        if d:
+            self._P, self._split = tables.two_level(d)
         self.cost = self._M[n] if d == 0 else min(self._M[n], wc + self._P[d][n])
         self.x0_level = None if n == 1 else MEMORY if self._on_memory(n, d) else DISK
 

@@ -77,7 +77,12 @@ def _tables(steps: int, snapshots: int) -> tuple[tuple[list[int], ...], tuple[li
 
 
 def mixed_forward_steps(steps: int, snapshots: int) -> int:
-    """``M(n, s)``: the fewest step evaluations of mixed checkpointing (Maddison)."""
+    """``M(n, s)``: the fewest step evaluations of mixed checkpointing (Maddison).
+
+    >>> from remat.schedules import mixed_forward_steps, optimal_forward_steps
+    >>> mixed_forward_steps(1000, 10), optimal_forward_steps(1000, 10)
+    (3921, 4636)
+    """
     n = require_count("mixed_forward_steps", "steps", steps)
     s = require_count("mixed_forward_steps", "snapshots", snapshots)
     if n <= s + 1:
@@ -86,7 +91,12 @@ def mixed_forward_steps(steps: int, snapshots: int) -> int:
 
 
 class Mixed:
-    """Maddison's offline mixed schedule: ``forward_steps == mixed_forward_steps(n, s)``."""
+    """Maddison's offline mixed schedule: ``forward_steps == mixed_forward_steps(n, s)``.
+
+    >>> from remat.schedules import Mixed, simulate
+    >>> simulate(Mixed(steps=1000, snapshots=10)).forward_steps
+    3921
+    """
 
     def __init__(self, steps: int, snapshots: int) -> None:
         self.steps = require_count("Mixed", "steps", steps)
@@ -103,6 +113,7 @@ class Mixed:
             length = b - a
             if length <= budget + 1:
                 return a  # everything left fits: tape it
+            assert choices is not None  # n > s + 1 here, or the segment fits
             i = choices[budget][length]
             return a if i == 0 else a + i
 

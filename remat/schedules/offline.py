@@ -39,6 +39,12 @@ class StoreAll:
     ``StoreAll()`` (no ``steps``) is for a loop of unknown length: like
     :class:`~.online.Online`, its iterator tapes one step at a time until the
     executor calls ``finish(n)``.
+
+    >>> from remat.schedules import StoreAll, simulate
+    >>> list(StoreAll(3))
+    [Tape(0, 3), EndForward(), Reverse(0, 3), End()]
+    >>> simulate(StoreAll(3)).forward_steps
+    3
     """
 
     def __init__(self, steps: int | None = None) -> None:
@@ -83,7 +89,13 @@ class StoreAllRun:
 
 
 class Periodic:
-    """Store every ``interval``-th state, re-tape one segment at a time backwards."""
+    """Store every ``interval``-th state, re-tape one segment at a time backwards.
+
+    >>> from remat.schedules import Periodic, simulate
+    >>> r = simulate(Periodic(steps=12, interval=4))
+    >>> r.forward_steps, r.peak_snapshots
+    (20, 2)
+    """
 
     def __init__(self, steps: int, interval: int) -> None:
         self.steps = require_count(type(self).__name__, "steps", steps)
@@ -114,7 +126,12 @@ class Periodic:
 
 
 class Sqrt(Periodic):
-    """``Periodic`` with ``interval = ceil(sqrt(steps))``."""
+    """``Periodic`` with ``interval = ceil(sqrt(steps))``.
+
+    >>> from remat.schedules import Sqrt
+    >>> Sqrt(100).interval, Sqrt(100).snapshots
+    (10, 9)
+    """
 
     def __init__(self, steps: int) -> None:
         n = require_count("Sqrt", "steps", steps)

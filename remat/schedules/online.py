@@ -66,6 +66,11 @@ class Online:
     ``iter(Online(s))`` starts a fresh run: an iterator with a ``finish(steps)``
     method that the executor calls right after the ``Tape`` that produced the
     loop's last state.
+
+    >>> from remat.schedules import Online, simulate
+    >>> r = simulate(Online(snapshots=3), steps=50)
+    >>> r.steps, r.forward_steps, r.peak_snapshots
+    (50, 233, 3)
     """
 
     steps = None  # learned at run time

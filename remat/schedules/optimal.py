@@ -90,10 +90,11 @@ once needs no search (store all).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from fractions import Fraction
 from math import ceil, gcd
 from numbers import Integral, Real
+from typing import Any, TypeVar
 
 from ..planning import LengthTable, SplitTable, least_peaks
 from .actions import Action, Free, Snapshot
@@ -102,6 +103,7 @@ from .simulate import simulate
 from .splits import split_actions
 
 _INF = float("inf")
+T = TypeVar("T")
 _MAX_LEVELS = 1 << 14  # a budget lost to rounding is planned again with up to this many
 _TABLE_FLOATS = 1 << 25  # ... but a heterogeneous table grows no larger than this (256 MB)
 
@@ -122,9 +124,17 @@ class Optimal:
     plan's time and peak under the model of :mod:`.costs` (what
     :func:`.simulate` reports for it), ``snapshots`` the most slots it uses at
     once, and ``exact`` whether no size had to be rounded.
+
+    >>> from remat.schedules import ChainCosts, Optimal, simulate
+    >>> costs = ChainCosts.uniform(20, 1.0, 2.0, 100, 300)
+    >>> plan = Optimal(costs, memory=1500)
+    >>> plan.predicted_peak_bytes <= 1500, plan.predicted_time, simulate(plan, costs=costs).time
+    (True, 57.0, 57.0)
     """
 
-    def __init__(self, costs: ChainCosts, memory, levels: int = 128, blocks=None) -> None:
+    def __init__(
+        self, costs: ChainCosts, memory: float, levels: int = 128, blocks: int | None = None
+    ) -> None:
         if not isinstance(costs, ChainCosts):
             raise ValueError(f"Optimal: costs must be a ChainCosts, got {costs!r}")
         if isinstance(memory, bool) or not isinstance(memory, Real) or not memory >= 0:
@@ -137,11 +147,11 @@ class Optimal:
             raise ValueError(f"Optimal: blocks must be None or an integer >= 1, got {blocks!r}")
         if blocks is not None and blocks >= costs.steps:
             blocks = None  # one step a block: the exact programme
-        self.blocks = blocks
+        self.blocks: int | None = blocks
         self.costs = costs
-        self.memory = memory
-        self.steps = costs.steps
-        self._plan = None  # None: store all
+        self.memory: float = memory
+        self.steps: int = costs.steps
+        self._plan: _Plan | _UniformPlan | _BlockPlan | None = None  # None: store all
         if sum(costs.tape_bytes) > memory:
             levels = int(levels)
             if blocks is not None:
@@ -163,7 +173,7 @@ class Optimal:
                 )
             if blocks is not None:
 
-                def kind(costs, memory, levels):
+                def kind(costs: ChainCosts, memory: float, levels: int) -> _BlockPlan:
                     return _BlockPlan(costs, memory, levels, starts)
 
                 limit = max(levels, _table_levels(blocks))
@@ -190,7 +200,8 @@ class Optimal:
             self._plan = plan
         self.levels = levels
         self.exact = self._plan is None or self._plan.exact
-        self._choices = {}  # (a, b, level) -> first move, for the segments the plan visits
+        # (a, b, level) -> first move, for the segments the plan visits
+        self._choices: dict[tuple[int, int, int], int] = {}
         self.snapshots = _peak_slots(self._actions(self._record))
         if self._plan is not None:
             self._plan.release()  # the table is O(n^2 levels); the choices are all it needs
@@ -205,13 +216,14 @@ class Optimal:
     def __iter__(self) -> Iterator[Action]:
         return self._actions(self._replay)
 
-    def _actions(self, choose) -> Iterator[Action]:
+    def _actions(self, choose: Callable[[int, int, int], int]) -> Iterator[Action]:
         plan = self._plan
         if plan is None:
             return split_actions(self.steps, 0, _tape, _same, _same)
         return split_actions(self.steps, plan.budget, choose, plan.after_tape, plan.after_store)
 
     def _record(self, a: int, b: int, level: int) -> int:
+        assert self._plan is not None  # _actions calls it only for a plan
         move = self._choices[a, b, level] = self._plan.choose(a, b, level)
         return move
 
@@ -219,15 +231,15 @@ class Optimal:
         return self._choices[a, b, level]
 
 
-def _tape(a: int, b: int, budget) -> int:
+def _tape(a: int, b: int, budget: object) -> int:
     return a
 
 
-def _same(a: int, budget):
+def _same(a: int, budget: T) -> T:
     return budget
 
 
-def _peak_slots(actions) -> int:
+def _peak_slots(actions: Iterable[Action]) -> int:
     used = peak = 0
     for action in actions:
         kind = type(action)
@@ -239,7 +251,7 @@ def _peak_slots(actions) -> int:
     return peak
 
 
-def minimum_bytes(costs: ChainCosts):
+def minimum_bytes(costs: ChainCosts) -> float:
     """The least peak, in bytes, of any schedule in Optimal's class for ``costs``.
 
     The same recursion as the time, minimising the peak instead:
@@ -258,13 +270,17 @@ def minimum_bytes(costs: ChainCosts):
     ``O(n log n)``.  Otherwise every split is tried (NumPy,
     :func:`remat.planning.least_peaks`): ``O(n^3 / 6)``, 0.7 s for
     ``n = 1000``.
+
+    >>> from remat.schedules import ChainCosts, minimum_bytes
+    >>> minimum_bytes(ChainCosts.uniform(20, 1.0, 2.0, 100, 300))
+    400
     """
     n = costs.steps
     s, t = costs.state_bytes, costs.tape_bytes
     if t[0] >= s[0]:
         return max(t[0], s[0] + max(t[1:], default=0))
     if _uniform(costs):  # P depends on the length only: P[L]
-        P = [0, t[0]]
+        P: list[float] = [0, t[0]]
         for length in range(2, n + 1):
             j = _crossing(1, length - 1, lambda j: s[0] + P[length - j] > P[j])
             candidates = (max(s[0] + P[length - i], P[i]) for i in (j - 1, j) if 0 < i < length)
@@ -275,7 +291,7 @@ def minimum_bytes(costs: ChainCosts):
     return int(peak) if exact else peak
 
 
-def _crossing(lo: int, hi: int, before) -> int:
+def _crossing(lo: int, hi: int, before: Callable[[int], bool]) -> int:
     """The first ``j`` in ``[lo, hi]`` where ``before(j)`` is false (``hi`` if none), by bisection.
 
     ``before`` must hold on a prefix of the range: "the falling term is still
@@ -294,10 +310,12 @@ class _Plan:
     """The dynamic programme's table over integer memory levels (built by
     :class:`remat.planning.SplitTable`), and the choices it implies."""
 
-    def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
+    def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
         self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget, self.su, self.tu = budget, su, tu
-        self.table = SplitTable(su, tu, budget, costs.forward_time, costs.reverse_time)
+        self.table: SplitTable | None = SplitTable(
+            su, tu, budget, costs.forward_time, costs.reverse_time
+        )
         self.feasible = self.table.feasible
 
     def release(self) -> None:
@@ -312,6 +330,7 @@ class _Plan:
 
     def choose(self, a: int, b: int, k: int) -> int:
         """The first move the table says is best for ``[a, b)`` at level ``k``."""
+        assert self.table is not None, "choose() after release()"
         return self.table.choose(a, b, k)
 
 
@@ -321,17 +340,17 @@ def block_starts(steps: int, blocks: int) -> list:
     return [k * steps // blocks for k in range(blocks)] + [steps]
 
 
-def _sums(values, starts) -> list:
+def _sums(values: Sequence[Any], starts: Sequence[int]) -> list[Any]:
     return [sum(values[a:b]) for a, b in zip(starts, starts[1:])]
 
 
-def block_minimum_bytes(costs: ChainCosts, starts) -> object:
+def block_minimum_bytes(costs: ChainCosts, starts: Sequence[int]) -> float:
     """The least peak of any plan in the class of ``Optimal(..., blocks=)`` (blocks
     starting at ``starts``): the peak programme over blocks, each block's own least
     peak (its input state counted) as its one-block segments."""
     s, t = costs.state_bytes, costs.tape_bytes
     inner = [
-        minimum_bytes(ChainCosts([0] * (b - a), [0] * (b - a), s[a : b + 1], t[a:b]))
+        minimum_bytes(ChainCosts((0,) * (b - a), (0,) * (b - a), s[a : b + 1], t[a:b]))
         for a, b in zip(starts, starts[1:])
     ]
     peak = least_peaks([s[a] for a in starts], _sums(t, starts), leaves=inner)
@@ -351,7 +370,9 @@ class _BlockPlan:
     does when it tapes consecutive steps.
     """
 
-    def __init__(self, costs: ChainCosts, memory, levels: int, starts) -> None:
+    def __init__(
+        self, costs: ChainCosts, memory: float, levels: int, starts: Sequence[int]
+    ) -> None:
         self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget, self.su, self.tu = budget, su, tu
         self.starts = starts
@@ -363,14 +384,15 @@ class _BlockPlan:
             key = (tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b])
             if key not in made:
                 made[key] = SplitTable(su[a : b + 1], tu[a:b], budget, f[a:b], r[a:b])
-        self.inner = [made[tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b]] for a, b in pairs]
-        self.outer = SplitTable(
+        inner = [made[tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b]] for a, b in pairs]
+        self.inner: list[SplitTable] | None = inner
+        self.outer: SplitTable | None = SplitTable(
             [su[a] for a in starts],
             _sums(tu, starts),
             budget,
             _sums(f, starts),
             _sums(r, starts),
-            leaves=[table.ends[table.n, 0] for table in self.inner],
+            leaves=[table.ends[table.n, 0] for table in inner],
         )
         self.feasible = self.outer.feasible
 
@@ -388,6 +410,7 @@ class _BlockPlan:
         """The first move for ``[a, b)`` at level ``k``: from the block's own table inside
         one block, else from the outer table (``a`` a block start), else (``a`` inside
         a block the outer plan tapes) tape."""
+        assert self.inner is not None and self.outer is not None, "choose() after release()"
         block = bisect_right(self.starts, a) - 1
         first, last = self.starts[block], self.starts[block + 1]
         if b <= last:
@@ -406,11 +429,11 @@ class _UniformPlan:
     (:class:`remat.planning.LengthTable`).
     """
 
-    def __init__(self, costs: ChainCosts, memory, levels: int) -> None:
+    def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
         self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget = budget
         self.s, self.t = su[0], tu[0]
-        self.table = LengthTable(
+        self.table: LengthTable | None = LengthTable(
             costs.steps, su[0], tu[0], budget, costs.forward_time[0], costs.reverse_time[0]
         )
         self.feasible = self.table.feasible
@@ -427,6 +450,7 @@ class _UniformPlan:
 
     def choose(self, a: int, b: int, k: int) -> int:
         """The first move the table says is best for ``b - a`` steps at level ``k``."""
+        assert self.table is not None, "choose() after release()"
         return a + self.table.choose(b - a, k)
 
 
@@ -444,7 +468,7 @@ def _uniform(costs: ChainCosts) -> bool:
     )
 
 
-def _units(costs: ChainCosts, memory, levels: int):
+def _units(costs: ChainCosts, memory: float, levels: int) -> tuple[bool, int, list[int], list[int]]:
     """``(exact, budget, state units, tape units)``: the sizes on the programme's levels.
 
     Exact when every size is an integer and their gcd ``g`` gives at most
@@ -464,11 +488,3 @@ def _units(costs: ChainCosts, memory, levels: int):
     su = [ceil(Fraction(x) * scale) for x in costs.state_bytes]
     tu = [ceil(Fraction(x) * scale) for x in costs.tape_bytes]
     return not any(sizes), levels, su, tu  # all sizes zero: nothing was rounded
-
-
-def _prefix(values) -> list:
-    total, out = 0, [0]
-    for v in values:
-        total = total + v
-        out.append(total)
-    return out

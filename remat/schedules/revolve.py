@@ -49,7 +49,14 @@ from .arguments import require_count
 
 
 class Revolve:
-    """Optimal offline schedule: ``forward_steps == optimal_forward_steps(n, s)``."""
+    """Optimal offline schedule: ``forward_steps == optimal_forward_steps(n, s)``.
+
+    >>> from remat.schedules import Revolve, optimal_forward_steps, simulate
+    >>> simulate(Revolve(steps=1000, snapshots=8)).forward_steps
+    5285
+    >>> optimal_forward_steps(1000, 8)
+    5285
+    """
 
     def __init__(self, steps: int, snapshots: int) -> None:
         self.steps = require_count("Revolve", "steps", steps)

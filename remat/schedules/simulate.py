@@ -18,11 +18,14 @@ byte model of :mod:`.costs`: ``time`` and ``peak_bytes`` (see :class:`_Meter`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 from .actions import (
     DISK,
     MEMORY,
+    Action,
     Advance,
     Discard,
     End,
@@ -30,6 +33,7 @@ from .actions import (
     Free,
     Restore,
     Reverse,
+    Schedule,
     Snapshot,
     Tape,
 )
@@ -38,7 +42,18 @@ from .costs import ChainCosts
 
 
 class ScheduleError(ValueError):
-    """A schedule broke a rule of the action vocabulary."""
+    """A schedule broke a rule of the action vocabulary.
+
+    >>> from remat.schedules import ScheduleError, StoreAll, Tape, End, simulate
+    >>> class Skips(StoreAll):
+    ...     def __iter__(self):
+    ...         return iter([Tape(0, 2), End()])
+    >>> try:
+    ...     simulate(Skips(2))
+    ... except ScheduleError as error:
+    ...     print(str(error)[:50])
+    action #1 End(): steps 1 down to 0 are not reverse
+    """
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,11 @@ class Simulation:
     evaluation and ``reverse_time[i]`` over every taped one, and ``peak_bytes``
     the most bytes held at once (states in slots plus tapes held, each step's
     tape counted as ``tape_bytes[i]``); without costs both are None.
+
+    >>> from remat.schedules import Revolve, simulate
+    >>> r = simulate(Revolve(steps=10, snapshots=2))
+    >>> r.steps, r.forward_steps, r.peak_snapshots, r.peak_tapes
+    (10, 30, 2, 1)
     """
 
     steps: int
@@ -75,7 +95,9 @@ class Simulation:
     time: float | None = None
 
 
-def simulate(schedule, steps: int | None = None, costs: ChainCosts | None = None) -> Simulation:
+def simulate(
+    schedule: Schedule, steps: int | ChainCosts | None = None, costs: ChainCosts | None = None
+) -> Simulation:
     """Validate ``schedule`` action by action and count its cost.
 
     ``steps`` is required for an online schedule (``schedule.steps is None``):
@@ -86,6 +108,13 @@ def simulate(schedule, steps: int | None = None, costs: ChainCosts | None = None
     ``costs`` (a :class:`~.costs.ChainCosts` of the loop's length) adds
     ``time`` and ``peak_bytes`` to the result; it may also be passed in place
     of ``steps``, as in ``simulate(Optimal(costs, memory), costs)``.
+
+    >>> from remat.schedules import ChainCosts, Revolve, simulate
+    >>> costs = ChainCosts.uniform(10, forward_time=1.0, reverse_time=2.0,
+    ...                            state_bytes=8, tape_bytes=24)
+    >>> r = simulate(Revolve(steps=10, snapshots=2), costs=costs)
+    >>> r.forward_steps, r.time, r.peak_bytes
+    (30, 40.0, 40)
     """
     if isinstance(steps, ChainCosts):
         if costs is not None:
@@ -146,8 +175,8 @@ def simulate(schedule, steps: int | None = None, costs: ChainCosts | None = None
         reads=dict(run.reads),
         peak_disk_snapshots=run.peak_disk,
         peak_held=meter.peak_held,
-        peak_bytes=meter.peak_bytes,
-        time=meter.time,
+        peak_bytes=None if costs is None else meter.peak_bytes,
+        time=None if costs is None else meter.time,
     )
 
 
@@ -165,11 +194,11 @@ class _Meter:
         self.slots: dict[tuple[int, str], int] = {}  # (slot, level) -> position
         self.tapes = 0
         self.peak_held = 0
-        self.bytes = 0
-        self.peak_bytes = None if costs is None else 0
-        self.time = None if costs is None else 0
+        self.bytes: float = 0  # bytes and time stay 0 without costs (reported as None)
+        self.peak_bytes: float = 0
+        self.time: float = 0
 
-    def apply(self, action) -> None:
+    def apply(self, action: Any) -> None:  # dispatched on type(action) below
         kind, costs = type(action), self.costs
         if kind is Advance:
             if costs is not None:
@@ -201,11 +230,11 @@ class _Meter:
         held = len(self.slots) + self.tapes
         if held > self.peak_held:
             self.peak_held = held
-        if costs is not None and self.bytes > self.peak_bytes:
+        if self.bytes > self.peak_bytes:
             self.peak_bytes = self.bytes
 
 
-def _describe(steps) -> str:
+def _describe(steps: Iterable[int]) -> str:
     steps = sorted(steps)
     if not steps:
         return "none"
@@ -236,10 +265,10 @@ class _Run:
         self.peak_snapshots = 0
         self.peak_tapes = 0
 
-    def fail(self, index: int, action, problem: str, rule: str):
+    def fail(self, index: int, action: Action, problem: str, rule: str) -> NoReturn:
         raise ScheduleError(f"action #{index} {action!r}: {problem}; {rule}")
 
-    def apply(self, index: int, action) -> None:
+    def apply(self, index: int, action: Action) -> None:
         kind = type(action)
         if kind is Advance or kind is Tape:
             self._evaluate(index, action, taped=kind is Tape)
@@ -301,7 +330,7 @@ class _Run:
     def _where(self) -> str:
         return "undefined" if self.current is None else f"x_{self.current}"
 
-    def _check_range(self, index: int, action, start: int, stop: int) -> None:
+    def _check_range(self, index: int, action: Action, start: int, stop: int) -> None:
         if not 0 <= start < stop <= self.n:
             self.fail(
                 index,
@@ -310,7 +339,7 @@ class _Run:
                 f"steps run from 0 to {self.n - 1}",
             )
 
-    def _check_slot(self, index: int, action, slot: int, level: str) -> dict[int, int]:
+    def _check_slot(self, index: int, action: Action, slot: int, level: str) -> dict[int, int]:
         """Check ``slot`` against its level's budget; return that level's slots."""
         if level not in self.budgets:
             self.fail(
@@ -332,7 +361,7 @@ class _Run:
             )
         return self.slots if level == MEMORY else self.disk
 
-    def _evaluate(self, index: int, action, taped: bool) -> None:
+    def _evaluate(self, index: int, action: Action, taped: bool) -> None:
         start, stop = action
         self._check_range(index, action, start, stop)
         if self.current != start:
@@ -358,7 +387,7 @@ class _Run:
             self.advances += stop - start
         self.current = stop
 
-    def _reverse(self, index: int, action) -> None:
+    def _reverse(self, index: int, action: Action) -> None:
         start, stop = action
         self._check_range(index, action, start, stop)
         if not self.forward_over:
@@ -389,7 +418,7 @@ class _Run:
         self.next_reverse = start - 1
         self.current = None
 
-    def _end_forward(self, index: int, action) -> None:
+    def _end_forward(self, index: int, action: Action) -> None:
         if self.forward_over:
             self.fail(index, action, "the forward sweep is already over", "EndForward() comes once")
         if self.current != self.n:
@@ -408,7 +437,7 @@ class _Run:
             )
         self.forward_over = True
 
-    def _end(self, index: int, action) -> None:
+    def _end(self, index: int, action: Action) -> None:
         if self.next_reverse >= 0:
             self.fail(
                 index,

@@ -29,6 +29,7 @@ reversals into one ``Reverse``; a store-all plan reads
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from .actions import (
     MEMORY,
@@ -43,13 +44,16 @@ from .actions import (
     Tape,
 )
 
+Budget = TypeVar("Budget")
+"""What a plan counts its budget in: Mixed counts slots (an int), Optimal a pair."""
+
 
 def split_actions(
     steps: int,
-    budget: object,
-    choose: Callable[[int, int, object], int],
-    after_tape: Callable[[int, object], object],
-    after_store: Callable[[int, object], object],
+    budget: Budget,
+    choose: Callable[[int, int, Budget], int],
+    after_tape: Callable[[int, Budget], Budget],
+    after_store: Callable[[int, Budget], Budget],
 ) -> Iterator[Action]:
     """Actions of the split schedule that ``choose`` describes, for ``steps`` steps.
 
