@@ -336,7 +336,12 @@ class _Plan:
 
 def block_starts(steps: int, blocks: int) -> list:
     """Where each of ``blocks`` blocks of ``steps`` steps starts (lengths differ by one at
-    most), and ``steps`` at the end."""
+    most), and ``steps`` at the end.
+
+    >>> from remat.schedules import block_starts
+    >>> block_starts(10, 4)
+    [0, 2, 5, 7, 10]
+    """
     return [k * steps // blocks for k in range(blocks)] + [steps]
 
 
@@ -347,7 +352,13 @@ def _sums(values: Sequence[Any], starts: Sequence[int]) -> list[Any]:
 def block_minimum_bytes(costs: ChainCosts, starts: Sequence[int]) -> float:
     """The least peak of any plan in the class of ``Optimal(..., blocks=)`` (blocks
     starting at ``starts``): the peak programme over blocks, each block's own least
-    peak (its input state counted) as its one-block segments."""
+    peak (its input state counted) as its one-block segments.
+
+    >>> from remat.schedules import ChainCosts, block_minimum_bytes, block_starts, minimum_bytes
+    >>> costs = ChainCosts([1] * 6, [3] * 6, [10, 40] * 3 + [10], [30, 90] * 3)
+    >>> minimum_bytes(costs), block_minimum_bytes(costs, block_starts(6, 3))
+    (100, 110)
+    """
     s, t = costs.state_bytes, costs.tape_bytes
     inner = [
         minimum_bytes(ChainCosts((0,) * (b - a), (0,) * (b - a), s[a : b + 1], t[a:b]))
