@@ -76,9 +76,11 @@ arithmetic is NumPy's (:mod:`remat.planning`: one expression over every
 start, split and level of a segment length, so Python loops ``n`` times),
 while this module keeps the recursion, the rounding and the actions.  On
 this 2-core machine, at 128 levels: about 0.1 s for ``n = 100``, 0.6-0.9 s
-for ``n = 200``, 1.5-2 s for ``n = 250`` (1 GB of tables and about a minute
-for ``n = 1000``: the cubic term is the search over every split of every
-segment, which no vectorising removes; :mod:`remat.memory` plans long chains
+for ``n = 200``, 1.5-2 s for ``n = 250`` (``n = 1000`` would need 2.1 GB of
+tables and, by the cube, about a minute; beyond 2**27 floats, 1 GiB, the
+tables are refused with a ValueError that suggests ``blocks=``: the cubic
+term is the search over every split of every segment, which no vectorising
+removes; :mod:`remat.memory` plans long chains
 over blocks).  Levels from a segment's store-all threshold on are filled in
 without a search.  When all steps are alike (``tape.loop``), segments differ
 only by their length and the programme is ``O(n^2 levels / 2)``: 0.05-0.1 s
@@ -106,6 +108,7 @@ _INF = float("inf")
 T = TypeVar("T")
 _MAX_LEVELS = 1 << 14  # a budget lost to rounding is planned again with up to this many
 _TABLE_FLOATS = 1 << 25  # ... but a heterogeneous table grows no larger than this (256 MB)
+_EXACT_FLOATS = 1 << 27  # the largest tables planned at all (1 GiB): beyond, blocks= is needed
 
 
 def _table_levels(items: int) -> int:
@@ -181,6 +184,14 @@ class Optimal:
                 kind, limit = _UniformPlan, max(levels, _MAX_LEVELS)
             else:
                 kind, limit = _Plan, max(levels, _table_levels(costs.steps))
+                floats = 2 * (costs.steps + 1) ** 2 * (levels + 1)
+                if floats > _EXACT_FLOATS:
+                    raise ValueError(
+                        f"Optimal: the exact tables for {costs.steps} heterogeneous steps at "
+                        f"{levels} levels would take {floats * 8 / 2**30:.1f} GiB (more than "
+                        f"{_EXACT_FLOATS * 8 / 2**30:.0f} GiB) and time cubic in the length; "
+                        "plan over blocks (blocks=200, say) or give fewer levels"
+                    )
             while True:
                 plan = kind(costs, memory, levels)
                 if plan.feasible or plan.exact or levels >= limit:
