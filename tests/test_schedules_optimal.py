@@ -615,6 +615,6 @@ def test_tables_too_large_are_refused_with_the_way_out():
     rng = random.Random(0)
     costs = random_chain(rng, 1000)
     need = minimum_bytes(costs)
-    with pytest.raises(ValueError, match="would take 1.9 GiB .* blocks=200"):
+    with pytest.raises(ValueError, match=r"would take 1.9 GiB .*\(blocks=200"):
         Optimal(costs, 3 * need)
     assert Optimal(costs, 3 * need, blocks=100).predicted_peak_bytes <= 3 * need
