@@ -58,10 +58,11 @@ chain of more than :data:`BLOCK_LIMIT` steps is planned with
 into blocks, each block has its own exact table, and the programme over the
 blocks stores states at block starts (and anywhere inside the block being
 reversed).  A 1000-step chain plans in about 0.6 s.  The plan is optimal in
-that class, not overall: on a 300-step chain, where the exact programme is
-affordable, 60 blocks gave plans 5.6% slower than the exact ones at three
-times the least memory, 0.9% at ten times, 18% at 1.5 times (150 blocks:
-1.4%, 0.2%, 14%); ``python -m benchmarks memory`` measures it.  A budget too
+that class, not overall: on a 300-step chain of the ``widths`` kind, where
+the exact programme is affordable, blocks of 5 steps gave plans 2% slower
+than the exact ones at ten times the least memory, 10% at three times and
+60% at 1.5 times; blocks of 2 steps 0.3%, 3% and 23%
+(``python -m benchmarks memory`` measures it).  A budget too
 small for the blocks is planned over :data:`EXACT_LIMIT` blocks, then exactly
 (a chain of at most EXACT_LIMIT steps), and failing that with revolve and the
 most slots that fit.  A loop's steps are all alike and its programme is only
