@@ -1,7 +1,7 @@
 """Run the benchmarks and print markdown: ``python -m benchmarks [--quick] [--write] [names...]``.
 
-Names: core, schedules, loop, online, logn, depth, replay, memory, forward (all by
-default).  ``--quick``
+Names: core, schedules, loop, online, logn, depth, replay, memory, forward, overheads
+(all by default).  ``--quick``
 runs tiny sizes (a smoke test; the figures mean nothing).  ``--write`` also
 records the output in benchmarks/RESULTS.md: the sections of the benchmarks
 just run are replaced, the others kept, and so is the hand-written "Where
@@ -31,6 +31,7 @@ MODULES = {
     "replay": "benchmarks.bench_replay",
     "memory": "benchmarks.bench_memory",
     "forward": "benchmarks.bench_forward",
+    "overheads": "benchmarks.bench_overheads",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEHIND = "## Where remat is behind"

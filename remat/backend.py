@@ -304,9 +304,10 @@ def scatter_into(shape, index, values):
     Only integer-array indices can name an element twice; they need the
     slower unbuffered add, everything else is a plain assignment.
     """
-    parts = index if isinstance(index, tuple) else (index,)
-    out = namespace(values).zeros(shape, dtype=values.dtype)
-    if not any(is_integer_index(p) for p in parts):
+    parts = index if type(index) is tuple else (index,)
+    module = np if type(values) is np.ndarray else namespace(values)
+    out = module.zeros(shape, dtype=values.dtype)
+    if all(type(p) in _BASIC_INDEX or not is_integer_index(p) for p in parts):
         out[index] = values
     elif _is_cupy(values):  # pragma: no cover - needs a GPU
         import cupyx
@@ -315,6 +316,9 @@ def scatter_into(shape, index, values):
     else:
         np.add.at(out, index, values)
     return out
+
+
+_BASIC_INDEX = (int, slice, type(None), type(Ellipsis))
 
 
 class ArrayNamespace:

@@ -36,6 +36,12 @@ HEADERS = {
         "| clock | width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
         "| clock | width | budget MiB | optimal s | revolve slots | revolve s |",
     ],
+    "overheads": [
+        "| contender | ms (fwd+bwd) | vs unrolled | us per step beyond |",
+        "| schedule | forward_steps | ms | refined prediction ms | measured / refined |",
+        "| revolve of | actions | actions per step |",
+        "| contender | us (10 steps) | vs hand-written fwd+bwd |",
+    ],
 }
 
 
