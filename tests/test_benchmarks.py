@@ -31,8 +31,10 @@ HEADERS = {
         "| schedule | two gradients s | rm.hvp s | hvp / two gradients |",
     ],
     "memory": [
-        "| width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
-        "| width | budget MiB | optimal s | revolve slots | revolve s |",
+        "| steps | costs | budget | plan | seconds |",
+        "| steps | budget | 5 steps a block | 2 steps a block |",
+        "| clock | width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
+        "| clock | width | budget MiB | optimal s | revolve slots | revolve s |",
     ],
     "overheads": [
         "| contender | ms (fwd+bwd) | vs unrolled | us per step beyond |",

@@ -2,7 +2,10 @@
 
 A schedule reverses a loop ``x_0 -> x_1 -> ... -> x_n`` with a budget of slots
 for stored states, as a stream of actions (:mod:`.actions`) that the loop
-executor carries out.  Pure Python: no array library is imported here.
+executor carries out.  Schedules are pure data: they hold no arrays and never
+touch the backend.  The one exception to "pure Python" is arithmetic:
+:class:`Optimal` builds its tables with NumPy on the CPU through
+:mod:`remat.planning`, which imports nothing of remat.
 
 * :class:`StoreAll` - tape everything: ``n`` evaluations, ``n`` tapes.
 * :class:`Periodic`, :class:`Sqrt` - store every ``k``-th state, re-tape one
@@ -53,7 +56,7 @@ from .disk import DiskRevolve, TwoLevel, disk_revolve_cost, two_level_cost
 from .mixed import Mixed, mixed_forward_steps
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
-from .optimal import Optimal, minimum_bytes
+from .optimal import Optimal, block_minimum_bytes, block_starts, minimum_bytes
 from .reversible import Reversible
 from .revolve import Revolve
 from .simulate import ScheduleError, Simulation, simulate
@@ -90,6 +93,8 @@ __all__ = [
     "beta",
     "disk_revolve_cost",
     "make_schedule",
+    "block_minimum_bytes",
+    "block_starts",
     "minimum_bytes",
     "mixed_forward_steps",
     "optimal_forward_steps",
