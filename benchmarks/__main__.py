@@ -1,9 +1,9 @@
 """Run the benchmarks and print markdown: ``python -m benchmarks [--quick] [--write] [names...]``.
 
 Names: core, schedules, loop, online, logn, depth, replay, memory, forward, overheads,
-transformer (all by default).  ``--quick`` runs tiny sizes (a smoke test; the figures
-mean nothing).  ``--write`` also records the output in benchmarks/RESULTS.md: the
-sections of the benchmarks just run are replaced, the others kept, and so is the
+disk, transformer (all by default).  ``--quick`` runs tiny sizes (a smoke test; the
+figures mean nothing).  ``--write`` also records the output in benchmarks/RESULTS.md:
+the sections of the benchmarks just run are replaced, the others kept, and so is the
 hand-written "Where remat is behind" section, which whoever reruns should revise
 against the new figures.  Each section says when and on what it was measured.
 
@@ -31,6 +31,7 @@ MODULES = {
     "memory": "benchmarks.bench_memory",
     "forward": "benchmarks.bench_forward",
     "overheads": "benchmarks.bench_overheads",
+    "disk": "benchmarks.bench_disk",
     "transformer": "benchmarks.bench_transformer",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")

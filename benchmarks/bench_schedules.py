@@ -50,7 +50,7 @@ from remat.schedules import (
     optimal_forward_steps,
     simulate,
 )
-from remat.schedules.mixed import _tables, mixed_forward_steps
+from remat.schedules.mixed import _table, mixed_forward_steps
 
 DISK_CASES = (  # (class, arguments after steps)
     (DiskRevolve, (10, 2, 2)),
@@ -265,7 +265,7 @@ def planning(sizes, optimal_max, uniform_max):
     """Rows of the planning table: seconds for Mixed's table and Optimal's programme."""
     rows, last = [], {}
     for n in sizes:
-        _tables.cache_clear()
+        _table.cache_clear()
         start = time.perf_counter()
         m = mixed_forward_steps(n, 10)
         cells = [n, f"{time.perf_counter() - start:.3f} (M = {m})"]

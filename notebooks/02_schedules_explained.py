@@ -373,3 +373,138 @@ budgeted, stats = scan_gradients(rm.Tape(snapshots=4))
 assert all(np.array_equal(a, b) for a, b in zip(reference, budgeted))
 assert stats.forward_steps == schedules.optimal_forward_steps(T, 4)
 print(f"RNN scanned over {T} characters: {stats}")
+
+# %% [markdown]
+# ## Memory and disk: the two-level schedule
+#
+# Long simulations (PDE and climate models, 10^5 steps and more) have room for a few
+# states in memory and many on disk, where writing and reading a state costs time.
+# `TwoLevel(n, s, d, write_cost, read_cost)` is the optimal schedule for `s` memory
+# slots and `d` disk slots (Herrmann and Pallez 2020, H-Revolve), in the papers' cost
+# model: a step costs 1, a disk write `write_cost`, a disk read `read_cost`, memory is
+# free. Its cost is `advances + write_cost * writes + read_cost * reads`.
+#
+# The diagram puts the schedule above its *storage lanes*: one lane per memory slot
+# (blue) and per disk slot (purple), with a bar for each state a slot holds. Here the
+# issue's anchor, 21 steps with 2 memory and 2 disk slots, write = read = 2: `x_0` goes
+# to disk at once, a second disk snapshot at `x_6` cuts the chain, and each disk
+# segment is reversed with revolve in the two memory slots after one read.
+
+# %%
+from remat.plot import two_level_diagram
+
+plan = schedules.TwoLevel(21, 2, 2, 2, 2)
+sim = schedules.simulate(plan)
+cost = sim.advances + 2 * sim.writes["disk"] + 2 * sim.reads["disk"]
+print(f"{plan!r}: cost {plan.cost} = {sim.advances} advances + 2 x {sim.writes['disk']} "
+      f"writes + 2 x {sim.reads['disk']} reads")
+assert plan.cost == cost == 53
+two_level_diagram(plan)
+plt.show()
+
+# %% [markdown]
+# ### The cost curve
+#
+# How much do disk slots buy? For `n = 1000` steps and 4 memory slots, the optimal
+# extra cost falls from revolve's (`d = 0`) towards Disk-Revolve's (an unbounded disk,
+# Aupy et al. 2016) as disk slots are added, and the cheaper the disk, the further.
+
+# %%
+n, s = 1000, 4
+disk_slots = [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
+fig, ax = plt.subplots(figsize=(7, 3.5))
+for io in (0.5, 2, 8):
+    costs = [schedules.two_level_cost(n, s, d, io, io) for d in disk_slots]
+    line, = ax.plot(disk_slots, [c / n for c in costs], "o-", label=f"write = read = {io}")
+    unbounded = schedules.disk_revolve_cost(n, s, io, io)
+    ax.axhline(unbounded / n, ls=":", color=line.get_color())
+    assert costs[0] == schedules.optimal_forward_steps(n, s) - n  # d = 0 is revolve
+    assert all(a >= b for a, b in zip(costs, costs[1:])) and costs[-1] >= unbounded
+ax.set_xlabel("disk slots d")
+ax.set_ylabel("extra cost / n (step evaluations)")
+ax.set_title(f"TwoLevel, n = {n}, s = {s} memory slots (dotted: unbounded disk)", fontsize=9)
+ax.legend(fontsize=8, frameon=False)
+plt.show()
+
+# %% [markdown]
+# `rm.Tape(snapshots=s, disk_snapshots=d)` runs this schedule for real: it measures one
+# step, one write and one read of the state the first time, plans `TwoLevel` with those
+# ratios (cached for the next tape), and keeps disk snapshots as files in a fresh
+# temporary folder that is gone after backward. The gradients are store-all's, bit for
+# bit.
+
+# %%
+import tempfile
+
+w = rm.tensor(r.standard_normal((16, 16)) / 4, requires_grad=True)
+
+
+def heat_step(u):
+    return u + 0.1 * rm.tanh(u @ w)
+
+
+def loop_gradient(**tape_kwargs):
+    w.grad = None
+    with rm.Tape(**tape_kwargs) as tape:
+        u = tape.loop(heat_step, rm.tensor(np.ones((4, 16))), steps=200)
+        (u * u).sum().backward()
+    return w.grad, tape
+
+
+reference, _ = loop_gradient()
+folder = tempfile.mkdtemp()
+on_disk, tape = loop_gradient(schedule=schedules.TwoLevel(200, 2, 4, 1.0, 1.0), disk_dir=folder)
+assert np.array_equal(reference, on_disk)
+print(tape.stats)
+import os
+
+print("files left in the folder:", os.listdir(folder))
+
+# %% [markdown]
+# ## Reversible steps: no snapshots at all
+#
+# When a step can be undone, `x_i = inverse(x_(i+1))`, the reverse sweep can recompute
+# the states backwards instead of storing them: a RevNet's additive coupling (Gomez et
+# al. 2017) is the classic case. `tape.loop(step, x, steps=n, inverse=inv)` does that
+# on any tape, holding one state and one step's tape whatever `n`. The price is
+# floating point: each inversion rounds, and a step that amplifies differences makes
+# the reconstructed states drift from the true ones (MacKay et al. 2018 store a few
+# bits per step to make reversible RNNs exact). remat keeps `s - 1` exact states under
+# `rm.Tape(snapshots=s)`, compares the reconstruction with each, reports the largest
+# difference in `tape.stats`, and refuses a drift above the square root of the dtype's
+# epsilon.
+
+# %%
+w1 = rm.tensor(r.standard_normal((8, 8)) * 0.3, requires_grad=True)
+w2 = rm.tensor(r.standard_normal((8, 8)) * 0.3, requires_grad=True)
+
+
+def coupling(state):
+    a, b = state
+    a = a + rm.tanh(b @ w1)
+    return (a, b + rm.tanh(a @ w2))
+
+
+def uncoupling(state):
+    a, b = state
+    b = b - rm.tanh(a @ w2)
+    return (a - rm.tanh(b @ w1), b)
+
+
+def revnet_gradients(inverse=None, **tape_kwargs):
+    w1.grad = w2.grad = None
+    x = (rm.tensor(np.ones((4, 8))), rm.tensor(np.zeros((4, 8))))
+    with rm.Tape(**tape_kwargs) as tape:
+        a, b = tape.loop(coupling, x, steps=100, inverse=inverse)
+        ((a * a).sum() + (b * b).sum()).backward()
+    return [w1.grad, w2.grad], tape.stats
+
+
+stored, all_stats = revnet_gradients()
+recomputed, rev_stats = revnet_gradients(uncoupling, snapshots=3)
+for g, e in zip(recomputed, stored):
+    np.testing.assert_allclose(g, e, rtol=1e-9)
+print("store-all: ", all_stats)
+print("reversible:", rev_stats)
+schedule_diagram(schedules.Reversible(12, 3))
+plt.show()

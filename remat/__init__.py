@@ -62,6 +62,7 @@ from .ops import (
     where,
 )
 from .selective import checkpoint_name, count_ops
+from .storage import DiskError
 from .tape import BackwardError, EscapeError, Record, Recorder, enable_grad, grad_enabled, no_grad
 from .tensor import DTypeError, Tensor, tensor
 

@@ -17,11 +17,13 @@ States, carries, inputs and outputs are pytrees of Tensors (or arrays).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import backend, policies, schedules
+from . import disk as _disk
 from . import memory as _memory
 from .executor import Chain, LoopError, LoopStats, run_chain
 from .pytree import flatten
@@ -146,6 +148,19 @@ class Tape(Recorder):
     budget under the measured costs; ``"revolve"`` or ``"mixed"`` without
     ``snapshots=`` take the most slots that fit.  Other schedules are refused.
 
+    ``disk_snapshots=d`` adds ``d`` disk slots to the ``s`` memory slots of
+    ``snapshots=s`` (which may then be 0): its chains run the optimal
+    two-level schedule, :class:`remat.schedules.TwoLevel`, with the write and
+    read costs measured on the first chain (:mod:`remat.disk`).  Disk
+    snapshots are files in a fresh folder inside ``disk_dir`` (an existing
+    folder; None: the system's temporary folder), removed after backward, on
+    any error and at exit (:mod:`remat.storage`); ``tape.stats`` counts the
+    disk writes, reads and bytes.  ``disk_dir`` also serves a schedule
+    object that writes to disk (``schedule=DiskRevolve(...)``).
+
+    ``tape.loop(..., inverse=inv)`` reverses a loop of invertible steps by
+    recomputing its states backwards, on any tape (see :meth:`loop`).
+
     A tape keeps every record made on it, and a chain's record keeps its
     snapshots until the chain is reversed: evaluate without gradients under
     ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.
@@ -169,10 +184,18 @@ class Tape(Recorder):
         check_replay: bool | str = True,
         policy: policies.Policy | Callable[[str, str | None], bool] | None = None,
         memory: int | str | None = None,
+        disk_snapshots: int | None = None,
+        disk_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.byte_limit = self.memory_schedule = None
-        if memory is None:
+        self.disk_snapshots = None
+        self.disk_dir = _check_disk_dir(disk_dir, disk_snapshots, schedule)
+        if disk_snapshots is not None:
+            self.disk_snapshots, self.policy = _disk_policy(
+                snapshots, schedule, memory, disk_snapshots
+            )
+        elif memory is None:
             self.policy = resolve_policy(snapshots, schedule)  # what its chains are reversed with
         else:
             self.byte_limit = _memory.parse_bytes(memory)
@@ -210,6 +233,7 @@ class Tape(Recorder):
         steps: int | None = None,
         until: Callable[[PyTree], Any] | None = None,
         max_steps: int | None = None,
+        inverse: Callable[[PyTree], PyTree] | None = None,
     ) -> PyTree:
         """Run ``state = step(state)`` under this tape's budget; return the final state.
 
@@ -220,6 +244,22 @@ class Tape(Recorder):
         length (an offline schedule), or ``until=predicate`` (checked after
         each step, with optional ``max_steps``) for a loop of unknown length
         (online checkpointing).
+
+        ``inverse`` (with ``steps=``) is the step's inverse, ``inverse(x_{i+1})
+        == x_i``, called under ``rm.no_grad()`` on a state of Tensors: the loop
+        is then reversed by recomputing its states backwards
+        (:class:`remat.schedules.Reversible`), whatever the tape's schedule,
+        holding the state under reversal, ``x_0`` and one step's tape.  With
+        ``rm.Tape(snapshots=s)`` (``s`` memory slots, of a disk tape too)
+        ``s - 1`` exact states, ``x_0`` first, are stored evenly spaced, to
+        bound the drift of the floating-point inverse (``s=1`` stores none:
+        the drift is then not seen); ``tape.stats.reconstruction_error`` is
+        the largest relative difference seen where a recomputed state meets
+        an exact one (and ``inverse(step(x_0))`` against ``x_0``, checked
+        first).  One above the square root of the dtype's epsilon raises a
+        LoopError.  The steps must not draw random numbers.  The replay check
+        compares structure, shapes and dtypes only: the states a reversible
+        loop tapes from are recomputed, so their values differ by rounding.
 
         >>> import remat as rm
         >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
@@ -242,12 +282,36 @@ class Tape(Recorder):
             max_steps = require_count("tape.loop", "max_steps", max_steps)
         if until is not None and not callable(until):
             raise TypeError(f"tape.loop: until must be a predicate state -> bool, got {until!r}")
+        if inverse is not None:
+            if not callable(inverse):
+                raise TypeError(
+                    f"tape.loop: inverse must be a function x_(i+1) -> x_i, got {inverse!r}"
+                )
+            if until is not None:
+                raise ValueError(
+                    "tape.loop: inverse= needs a loop of known length (steps=); not until="
+                )
         _check_state("tape.loop", state)
         if steps == 0:
             return state
         chain = Chain(
-            "tape.loop", lambda i, s, x: (step(s), None), _step_name, same_spec=True, step=step
+            "tape.loop",
+            lambda i, s, x: (step(s), None),
+            _step_name,
+            same_spec=True,
+            step=step,
+            inverse=inverse,
         )
+        if inverse is not None and steps is not None:  # (until= was refused with inverse=)
+            slots = self.policy.snapshots or 2  # no slot count: x_0 and the working slot
+            return run_chain(self, chain, state, schedules.Reversible(steps, slots))[0]
+        if self.disk_snapshots is not None:
+            if until is not None:
+                raise ValueError(
+                    "tape.loop(until=...): a disk tape plans a loop of known length (the "
+                    "two-level schedule is offline); give steps="
+                )
+            return self._on_disk(chain, state, steps, (step,))[0]
         if self.byte_limit is not None:
             if until is not None:
                 raise ValueError(
@@ -269,6 +333,16 @@ class Tape(Recorder):
         self.plans.append((schedule, costs))
         stats = self.loops[-1]
         stats.memory, stats.plan, stats.predicted_seconds = self.byte_limit, how, predicted
+        return result
+
+    def _on_disk(
+        self, chain: Chain, state: PyTree, steps: Any, functions: Sequence[Callable[..., Any]]
+    ) -> Any:
+        """Run ``chain`` with memory and disk slots: TwoLevel at measured costs."""
+        schedule, costs, how = _disk.plan_chain(self, chain, state, steps, functions)
+        result = run_chain(self, chain, state, schedule)
+        self.plans.append((schedule, costs))
+        self.loops[-1].plan = how
         return result
 
     def chain(self, functions: Sequence[Callable[[PyTree], PyTree]], state: PyTree) -> PyTree:
@@ -307,6 +381,8 @@ class Tape(Recorder):
             return f"tape.chain: step {i} ({getattr(functions[i], '__name__', 'function')})"
 
         chain = Chain("tape.chain", lambda i, s, x: (functions[i](s), None), name, same_spec=False)
+        if self.disk_snapshots is not None:
+            return self._on_disk(chain, state, n, functions)[0]
         if self.byte_limit is not None:
             return self._budgeted(chain, state, n, functions, alike=False)[0]
         schedule = self.policy.offline(n, "tape.chain")
@@ -369,11 +445,56 @@ class Tape(Recorder):
             xs_tree=xs_tree,
             has_ys=True,
         )
+        if self.disk_snapshots is not None:
+            return self._on_disk(chain, init, n, (f,))
         if self.byte_limit is not None:
             return self._budgeted(chain, init, n, (f,), alike=True)
         schedule = self.policy.offline(n, "tape.scan")
         # ys is None when every y is
         return run_chain(self, chain, init, schedule, max_steps=_online_end(schedule, n))
+
+
+def _disk_policy(snapshots, schedule, memory, disk_snapshots):
+    """``(d, Reversal)`` for ``rm.Tape(snapshots=s, disk_snapshots=d)``, with clear errors."""
+    d = require_count("Tape", "disk_snapshots", disk_snapshots, minimum=0)
+    if memory is not None:
+        raise ValueError(
+            "Tape: disk_snapshots= plans with slots (snapshots= in memory, disk_snapshots= on "
+            "disk), memory= with bytes; give one or the other"
+        )
+    if schedule is not None:
+        raise ValueError(
+            f"Tape: disk_snapshots= runs the two-level schedule (TwoLevel), so schedule="
+            f"{schedule!r} cannot be used with it; pass a schedule object such as "
+            "TwoLevel(...) or DiskRevolve(...) as schedule= alone (with disk_dir=) instead"
+        )
+    if snapshots is None:
+        raise ValueError(
+            "Tape: disk_snapshots= needs snapshots= too, the memory slots (0 for none)"
+        )
+    s = require_count("Tape", "snapshots", snapshots, minimum=0)
+    if s + d == 0:
+        raise ValueError("Tape: snapshots + disk_snapshots must be at least 1")
+    return d, Reversal("two_level", s)
+
+
+def _check_disk_dir(disk_dir, disk_snapshots, schedule):
+    """``disk_dir`` as given, checked: an existing folder, for a tape that writes to disk."""
+    if disk_dir is None:
+        return None
+    if disk_snapshots is None and getattr(schedule, "disk_snapshots", 0) == 0:
+        raise ValueError(
+            f"Tape: disk_dir={disk_dir!r} is where disk snapshots go, but this tape writes "
+            "none: pass disk_snapshots= (or a schedule object that uses the disk)"
+        )
+    path = os.fspath(disk_dir)
+    if not os.path.isdir(path):
+        raise ValueError(
+            f"Tape: disk_dir={path!r} is not an existing folder; disk snapshots go into a "
+            "fresh folder made inside it. Create it first, or leave disk_dir=None for the "
+            "system's temporary folder"
+        )
+    return path
 
 
 def _online_end(schedule, n):

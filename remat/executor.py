@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -50,6 +50,7 @@ from .ops import TENSOR_NAMESPACE
 from .ops.core import Op
 from .pytree import flatten, unflatten
 from .selective import Reusing, Saving
+from .storage import DiskError, DiskStore
 from .tape import (
     FORWARD_MODE,
     GRAD_ENABLED,
@@ -142,6 +143,15 @@ class LoopStats:
     ``predicted_seconds`` is the plan's time under the measured costs (with a
     measured overhead per action that runs steps).
 
+    Disk snapshots (:mod:`remat.storage`): ``disk_writes`` and ``disk_reads``
+    count the files written and read back, ``disk_bytes_written`` and
+    ``disk_bytes_read`` their data bytes, ``peak_disk_bytes`` the most bytes
+    on disk at once and ``disk_seconds`` the time spent writing and reading.
+    Reversible loops (``tape.loop(..., inverse=)``): ``reconstruction_error``
+    is the largest difference seen between a state recomputed by the inverse
+    and the exact one stored (relative to the largest magnitude of that
+    state; None when no state was compared).
+
     >>> import remat as rm
     >>> with rm.Tape(snapshots=4) as tape:
     ...     h = tape.loop(lambda h: h * 0.9, rm.ones(8, requires_grad=True), steps=100)
@@ -162,6 +172,13 @@ class LoopStats:
     memory: int | None = None
     plan: str = ""
     predicted_seconds: float | None = None
+    disk_writes: int = 0
+    disk_reads: int = 0
+    disk_bytes_written: int = 0
+    disk_bytes_read: int = 0
+    peak_disk_bytes: int = 0
+    disk_seconds: float = 0.0
+    reconstruction_error: float | None = None
 
     @property
     def recomputed_steps(self) -> int:
@@ -187,6 +204,16 @@ class LoopStats:
                 if stats and all(s.predicted_seconds is not None for s in stats)
                 else None
             ),
+            disk_writes=sum(s.disk_writes for s in stats),
+            disk_reads=sum(s.disk_reads for s in stats),
+            disk_bytes_written=sum(s.disk_bytes_written for s in stats),
+            disk_bytes_read=sum(s.disk_bytes_read for s in stats),
+            peak_disk_bytes=max((s.peak_disk_bytes for s in stats), default=0),
+            disk_seconds=sum(s.disk_seconds for s in stats),
+            reconstruction_error=max(
+                (s.reconstruction_error for s in stats if s.reconstruction_error is not None),
+                default=None,
+            ),
         )
 
     def __str__(self):
@@ -200,6 +227,14 @@ class LoopStats:
             text += f" of a {self.memory / 2**20:.3f} MiB budget (plan {self.plan})"
         if self.predicted_seconds is not None:
             text += f"; {self.seconds:.4f} s measured, {self.predicted_seconds:.4f} s predicted"
+        if self.disk_writes:
+            text += (
+                f"; disk: {self.disk_writes} writes ({self.disk_bytes_written / 2**20:.3f} MiB), "
+                f"{self.disk_reads} reads ({self.disk_bytes_read / 2**20:.3f} MiB), peak "
+                f"{self.peak_disk_bytes / 2**20:.3f} MiB on disk, {self.disk_seconds:.4f} s"
+            )
+        if self.reconstruction_error is not None:
+            text += f"; reconstruction error {self.reconstruction_error:.3g}"
         return text
 
 
@@ -627,7 +662,9 @@ class Chain:
     ``name(i)`` names step i in messages; ``same_spec`` says every state has
     x_0's spec (loops and scans); ``step`` is a loop's function itself;
     ``xs`` are the per-step inputs' leaf arrays
-    (leading axis n) and their nodes; ``has_ys`` says steps give outputs.
+    (leading axis n) and their nodes; ``has_ys`` says steps give outputs;
+    ``inverse`` is a loop's inverse step (``x_i = inverse(x_{i+1})``), for a
+    schedule that recomputes states backwards (``Invert``).
     """
 
     def __init__(
@@ -641,6 +678,7 @@ class Chain:
         xs_tree=None,
         has_ys=False,
         step=None,
+        inverse=None,
     ):
         self.owner = owner  # "tape.loop", "tape.chain" or "tape.scan"
         self.call = call
@@ -651,6 +689,7 @@ class Chain:
         self.xs_nodes = xs_nodes
         self.xs_tree = xs_tree
         self.has_ys = has_ys
+        self.inverse = inverse
 
 
 class ChainRun:
@@ -665,10 +704,14 @@ class ChainRun:
         # store-all never evaluates a step twice: nothing to compare
         self.check_replay = tape.check_replay
         # x_0, kept when the chain may run again: for rm.jvp, or for a backward that is
-        # recorded (rm.hvp, rm.grad of rm.grad), which runs it with tangents (TangentRun)
+        # recorded (rm.hvp, rm.grad of rm.grad), which runs it with tangents (TangentRun);
+        # a reversible schedule tapes its steps again from reconstructed states, whose
+        # values differ by rounding: its replay check is structural
         keep = FORWARD_MODE.get() or RECORDED_BACKWARD.get()
-        self.check_values = tape.check_replay and (
-            keep or not isinstance(schedule, schedules.StoreAll)
+        self.check_values = (
+            tape.check_replay
+            and (keep or not isinstance(schedule, schedules.StoreAll))
+            and not getattr(schedule, "reconstructs", False)
         )
         self.full = tape.check_replay == "full"
         self.chain = chain
@@ -691,6 +734,9 @@ class ChainRun:
         self.loops = tape.loops  # the tape's LoopStats: runs again add theirs
         self.byte_limit = getattr(tape, "byte_limit", None)
         self.slots = {}  # (level, slot) -> (step, arrays, rng state, guard checks, seq)
+        self.disk_dir = getattr(tape, "disk_dir", None)
+        self.disk = None  # the DiskStore of level="disk" slots, made on the first write
+        self.inverted = None  # the position reached by the last Invert, until it moves
         self.tapes = {}  # step index -> StepTape
         self.reached = 0  # how many steps have been evaluated at least once
         self.forward = Forward()  # replaced when the forward sweep starts
@@ -930,9 +976,16 @@ class ChainRun:
     def snapshot(self, action):
         self.expect_position(action, action.step)
         key = (action.level, action.slot)
+        arrays, rng = self.current
+        if action.level == schedules.DISK:  # a file; the slot keeps the rng state
+            if self.disk is None:
+                self.disk = DiskStore(self.disk_dir)
+            self.slots.pop(key, None)
+            self.disk.write(action.slot, action.step, arrays)
+            self.slots[key] = (action.step, None, rng, None, None)
+            return
         if key in self.slots:
             self.held.release(self.slots[key][1])
-        arrays, rng = self.current
         if self.snapshot_device is not None:  # offload, e.g. GPU -> host memory
             arrays = tuple(backend.to_device(a, self.snapshot_device) for a in arrays)
         # A snapshot changed in place would give wrong gradients: fingerprint
@@ -940,12 +993,19 @@ class ChainRun:
         found = guard.checks(arrays) if guard.WATCHED else None
         self.slots[key] = (action.step, arrays, rng, found, next_sequence())
         self.held.hold(arrays)
-        self.stats.peak_snapshots = max(self.stats.peak_snapshots, len(self.slots))
+        in_memory = len(self.slots) - (len(self.disk.files) if self.disk is not None else 0)
+        self.stats.peak_snapshots = max(self.stats.peak_snapshots, in_memory)
 
     def restore(self, action):
         step, arrays, rng, found, seq = self.slots[(action.level, action.slot)]
         if step != action.step:
             raise LoopError(f"schedule asked for {action} but that slot holds x_{step}")
+        if arrays is None:  # on disk
+            self.current = (self.disk.read(action.slot, step, self.devices), rng)
+            self.position = step
+            return
+        if self.inverted == step and self.position == step:
+            self.compare_reconstruction(step, arrays, rng)
         k = guard.changed(arrays, found, seq)
         if k is not None:
             raise LoopError(
@@ -962,7 +1022,77 @@ class ChainRun:
 
     def free(self, action):
         arrays = self.slots.pop((action.level, action.slot))[1]
-        self.held.release(arrays)
+        if arrays is None:
+            self.disk.drop(action.slot)
+        else:
+            self.held.release(arrays)
+
+    def count_disk(self):
+        """Copy the disk store's counts into the stats."""
+        disk, stats = self.disk, self.stats
+        stats.disk_writes, stats.disk_reads = disk.writes, disk.reads
+        stats.disk_bytes_written, stats.disk_bytes_read = disk.bytes_written, disk.bytes_read
+        stats.peak_disk_bytes, stats.disk_seconds = disk.peak_bytes, disk.seconds
+
+    def invert(self, action):
+        """Recompute x_{stop-1} .. x_start from the current x_stop with the loop's inverse."""
+        self.expect_position(action, action.stop)
+        inverse = self.chain.inverse
+        if inverse is None:
+            raise LoopError(
+                f"schedule {self.schedule!r} asked for {action}, which needs the loop's "
+                "inverse: tape.loop(step, state, steps=n, inverse=...)"
+            )
+        arrays, rng = self.current
+        spec = self.spec_at(action.stop)
+        for i in range(action.stop - 1, action.start - 1, -1):
+            self.evaluating = i
+            state = unflatten(spec.tree, [Tensor._wrap(a) for a in arrays])
+            with no_grad():
+                result = inverse(state)
+            arrays = self.inverse_leaves(i, result, spec)
+        self.current = (arrays, rng)
+        self.position = self.inverted = action.start
+
+    def inverse_leaves(self, i, result, spec):
+        """The arrays of what ``inverse(x_{i+1})`` returned, checked against x_i's spec."""
+        values, tree = flatten(result, is_value)
+        arrays = tuple(v._data if isinstance(v, Tensor) else v for v in values)
+        wrong = spec.differs(Spec.of(tree, arrays))
+        if wrong is not None:
+            raise StepOutputError(
+                f"tape.loop: inverse(x_{i + 1}) returned a state with {wrong}; the inverse "
+                f"must return what step {i} was given, x_{i} (the same structure, shapes and "
+                "dtypes as the loop's state)"
+            )
+        return arrays
+
+    def compare_reconstruction(self, step, exact, rng):
+        """The state the inverse recomputed (current) against the exact x_step restored."""
+        rebuilt, rebuilt_rng = self.current
+        if rebuilt_rng is not rng and rebuilt_rng != rng:
+            raise LoopError(
+                f"tape.loop(inverse=...): step {step} drew random numbers (rm.random), which "
+                "the inverse cannot give back; a reversible loop's steps must not draw them"
+            )
+        error = relative_difference(rebuilt, exact)
+        stats = self.stats
+        if stats.reconstruction_error is None or error > stats.reconstruction_error:
+            stats.reconstruction_error = error
+        limit = max((backend.reconstruction_tolerance(a.dtype) for a in exact), default=0.0)
+        if error > limit:
+            where = (
+                "inverse(step(x_0)) is not x_0: the inverse does not undo the step"
+                if step == 0 and self.stats.steps == 0  # the forward sweep's check
+                else f"the states recomputed backwards have drifted from the exact x_{step}"
+            )
+            raise LoopError(
+                f"tape.loop(inverse=...): {where} (largest difference {error:.3g} relative to "
+                f"the state's magnitude, above the tolerance {limit:.3g} of its dtype); "
+                "gradients from such states would be wrong. Check the inverse, or store "
+                "more exact states along the chain with rm.Tape(snapshots=s)"
+            )
+        self.inverted = None
 
     def reverse(self, action):
         for i in range(action.stop - 1, action.start - 1, -1):
@@ -1028,6 +1158,8 @@ class ChainRun:
         if not hasattr(self.actions, "finish"):  # online runs counted it at their end
             self.stats.steps = self.position
         self.stats.peak_bytes = self.held.peak
+        if self.disk is not None:
+            self.count_disk()
         ys = ()
         if self.chain.has_ys and not again:
             n = self.stats.steps
@@ -1058,7 +1190,7 @@ class ChainRun:
                     break
                 try:
                     self.carry_out(action)
-                except (LoopError, EscapeError, BackwardError):  # these name what failed
+                except (LoopError, EscapeError, BackwardError, DiskError):  # named already
                     raise
                 except Exception as error:
                     raise LoopError(
@@ -1141,6 +1273,8 @@ class ChainRun:
         run.until, run.max_steps = None, self.stats.steps  # the length is known now
         run.current, run.position = self.start, 0
         run.slots, run.tapes, run.ys = {}, {}, {}
+        run.disk = None  # its disk slots are files of its own (the first run's are gone)
+        run.inverted = None
         run.keeping = None  # a policy's kept values went with the first backward: recompute
         run.held = Holdings(None if kind else self.byte_limit)
         run.cotangent = run.ys_cotangent = run.xs_grads = run.outer_sweep = None
@@ -1156,6 +1290,9 @@ class ChainRun:
     def release(self):
         """Drop every snapshot and step tape (after backward, or on an error)."""
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.held.peak)
+        if self.disk is not None:
+            self.count_disk()
+            self.disk.close()
         self.slots.clear()
         self.tapes.clear()
         if self.keeping:
@@ -1207,8 +1344,20 @@ HANDLERS: dict[Any, Callable[..., Any]] = {
     schedules.Snapshot: ChainRun.snapshot,
     schedules.Restore: ChainRun.restore,
     schedules.Free: ChainRun.free,
+    schedules.Invert: ChainRun.invert,
 }
 ChainRun.HANDLERS = HANDLERS
+
+
+def relative_difference(arrays: Sequence[Any], exact: Sequence[Any]) -> float:
+    """The largest ``|a - b|`` over the leaves, each relative to ``max |b|`` of its leaf."""
+    worst = 0.0
+    for a, b in zip(arrays, exact):
+        if a.size == 0:
+            continue
+        scale = float(abs(b).max()) or 1.0
+        worst = max(worst, float(abs(a - b).max()) / scale)
+    return worst
 
 
 # --- second order: a recorded backward, and the chain run with tangents -------------
@@ -1442,11 +1591,21 @@ class TangentRun(ChainRun):
         self.ys_cotangent_tangent = self.xs_tangents = None
 
 
+def _invert_with_tangents(run, action):
+    raise NotImplementedError(
+        "second order (rm.hvp, rm.grad of rm.grad) through a reversible loop "
+        "(tape.loop(..., inverse=)) is not supported: the inverse recomputes the states, "
+        "not their tangents. Run the loop without inverse= (under any schedule) for second "
+        "order"
+    )
+
+
 TangentRun.HANDLERS = {
     **HANDLERS,
     schedules.Advance: TangentRun.advance,
     schedules.Tape: TangentRun.tape_steps,
     schedules.Reverse: TangentRun.reverse,
+    schedules.Invert: _invert_with_tangents,
 }
 
 
@@ -1583,9 +1742,13 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
                 "the real and imaginary parts as two real leaves"
             )
     spec0 = Spec.of(tree0, x0)
-    # rm.Tape(policy=): the steps keep values for their recomputations (store-all has none)
+    # rm.Tape(policy=): the steps keep values for their recomputations (store-all has none;
+    # a reversible loop's recomputations start from reconstructed states, which kept values
+    # of the exact ones would not match)
     keeps = getattr(tape, "recompute", None) is not None
-    kind = KeepingRun if keeps and not isinstance(schedule, schedules.StoreAll) else ChainRun
+    if isinstance(schedule, schedules.StoreAll) or getattr(schedule, "reconstructs", False):
+        keeps = False
+    kind = KeepingRun if keeps else ChainRun
     run = kind(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
     try:
         final, ys = run.run_forward()

@@ -18,7 +18,8 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
    the bytes its tape holds).  A loop's steps are all alike: the first steps
    are measured (step 0 taped once to learn its tape's bytes, then runs of up
    to :data:`SPAN` steps, as many tapes as fit in the budget, timed five
-   times: the least per step) and taken for every step; so are a scan's
+   times: the least per step; a run as long as the plan's runs of tapes
+   prices the caches as the plan will meet them) and taken for every step; so are a scan's
    (its inputs ``xs[i]`` all have one shape).  A chain is measured step by
    step, once, one tape at a time.  Measuring holds no snapshot and never
    more tapes than fit in the budget; if step 0's tape (a chain's step i)
@@ -29,8 +30,12 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
 3. **runs** the plan with the executor, which refuses to hold more than the
    budget (a LoopError, should the chain have changed since it was measured).
    ``tape.stats.predicted_seconds`` is the plan's time under the costs, plus
-   the measured overhead of each Advance, Tape and Reverse action: a one-step
-   action's time beyond a step's share of a long run.
+   the measured overhead of each Advance, Tape and Reverse action (a one-step
+   action's time beyond a step's share of a long run) and of each Snapshot,
+   Restore and Free (timed on ``x_0``).  Measuring sums the parameters'
+   gradients as backward does (and throws them away), so that those additions
+   are in ``reverse_time`` (2-3% of it on remat's residual MLP at widths 16
+   and 256, measured in CPU time).
 
 Under ``rm.Tape(memory=..., policy=...)`` the chain's steps keep what the
 policy chooses (:mod:`remat.selective`), each from its first run until it is
@@ -48,12 +53,23 @@ their keys alive).
 
 Heterogeneous chains.  :class:`Optimal`'s programme is cubic in the length
 for a chain whose steps differ (measured times always differ a little), so a
-chain of more than :data:`BLOCK_LIMIT` steps is planned over blocks of
-consecutive steps (as equal in length as can be): a block is taped or
-advanced over as a whole, its tape is the sum of its steps' tapes.  The plan
-is optimal among schedules that store states only at block boundaries; when
-the budget is too small for that, the blocks are made twice as many (up to
-one step a block: the exact programme, which is slow for long chains).
+chain of more than :data:`BLOCK_LIMIT` steps is planned with
+``Optimal(costs, memory, blocks=BLOCK_LIMIT)``: consecutive steps are grouped
+into blocks, each block has its own exact table, and the programme over the
+blocks stores states at block starts (and anywhere inside the block being
+reversed).  A 1000-step chain plans in about 0.6 s.  The plan is optimal in
+that class, not overall: on a 300-step chain of the ``widths`` kind, where
+the exact programme is affordable, blocks of 5 steps gave plans 2% slower
+than the exact ones at ten times the least memory, 10% at three times and
+60% at 1.5 times; blocks of 2 steps 0.3%, 3% and 23%
+(``python -m benchmarks memory`` measures it).  A budget too
+small for the blocks is planned over :data:`EXACT_LIMIT` blocks, then exactly
+(a chain of at most EXACT_LIMIT steps), and failing that with revolve and the
+most slots that fit.  A loop's steps are all alike and its programme is only
+quadratic in the length (0.1 s for 1000 steps, 4-20 s for 10000), so a loop
+is planned over blocks only beyond :data:`UNIFORM_LIMIT` steps (10000 steps
+over 200 blocks: about 1-2 s, 0.7-3% slower than the exact plan at 3 and 30
+times the least memory).
 """
 
 from __future__ import annotations
@@ -65,14 +81,16 @@ from fractions import Fraction
 from numbers import Integral
 
 from . import backend, schedules
-from .executor import ChainRun, Holdings, KeepingRun, Spec, leaves_of
+from .executor import HANDLERS, ChainRun, Holdings, KeepingRun, Spec, leaves_of
 
 # The public names: what a user of Tape(memory=) may call.  The rest serve
 # remat.budget (measure, plan, run) and are documented for readers of the code.
 __all__ = ["CACHE_SIZE", "clear_plans", "parse_bytes"]
 
 CACHE_SIZE = 32
-BLOCK_LIMIT = 64  # heterogeneous chains longer than this are planned over blocks
+BLOCK_LIMIT = 200  # heterogeneous chains longer than this are planned over this many blocks
+EXACT_LIMIT = 320  # ... or, the budget too tight for them, this many (tables of 2 x 320^2 x 129)
+UNIFORM_LIMIT = 2000  # loops (all steps alike) longer than this are planned over blocks too
 SERVED = (None, "optimal", "revolve", "mixed")  # what Tape(memory=) can plan
 
 _UNITS = {
@@ -157,14 +175,25 @@ def check_schedule(memory, snapshots, schedule):
 
 
 class _DropSweep:
-    """An outer sweep that throws away what reaches it (measuring must not add to .grad)."""
+    """An outer sweep that sums what reaches it as backward sums a parameter's
+    gradient (the first kept, the second added into a new array, the rest added in
+    place), so that measuring times those additions too, and throws the sums away
+    with the run: measuring must not add to ``.grad``."""
 
     def __init__(self):
         self.ns = backend.ARRAY_NAMESPACE
         self.create_graph = self.retain_graph = False
+        self.sums = {}  # id(node) -> [node, sum, made here]
 
     def add(self, node, g):
-        pass
+        entry = self.sums.get(id(node))
+        if entry is None:
+            self.sums[id(node)] = [node, g, False]
+        elif entry[2]:
+            entry[1] += g
+        else:
+            entry[1] = entry[1] + g
+            entry[2] = True
 
 
 class _Rows:
@@ -190,7 +219,83 @@ def _nbytes(arrays):
     return sum(backend.nbytes(a) for a in arrays)
 
 
-SPAN = 16  # a loop's (or scan's) step is timed over runs of up to this many steps
+SPAN = 64  # a loop's (or scan's) step is timed over runs of up to this many steps
+
+
+class _OverBudget(Exception):
+    """A tape that would take the measuring run over its budget (refused, not held)."""
+
+    def __init__(self, held):
+        super().__init__(held)
+        self.held = held
+
+
+class _Refusing:
+    """The measuring run's holdings: a tape that would take them over ``budget`` is
+    refused before it is held, so that measuring never holds more than the budget."""
+
+    def __init__(self, budget):
+        self.inner = Holdings()
+        self.budget = budget
+
+    @property
+    def bytes(self):
+        return self.inner.bytes
+
+    @property
+    def peak(self):
+        return self.inner.peak
+
+    def hold(self, arrays):
+        new = {id(a): a for a in arrays if id(a) not in self.inner.count}
+        held = self.inner.bytes + _nbytes(new.values())
+        if held > self.budget:
+            raise _OverBudget(held)
+        self.inner.hold(arrays)
+
+    def release(self, arrays):
+        self.inner.release(arrays)
+
+
+class _Sizing:
+    """Holdings that hold nothing and note the bytes of the last tape offered."""
+
+    bytes = peak = last = 0
+
+    def hold(self, arrays):
+        self.last = _nbytes({id(a): a for a in arrays}.values())
+
+    def release(self, arrays):
+        pass
+
+
+def _size_the_rest(run, start, steps, state_bytes, tape_bytes):
+    """From x_start (current), tape each remaining step only to learn its tape's bytes
+    and drop it at once (nothing held), appending to the two lists."""
+    run.held = _Sizing()
+    run.tapes.clear()
+    for i in range(start, steps):
+        run.position = i
+        run.tape_steps(schedules.Tape(i, i + 1))
+        run.tapes.pop(i)
+        tape_bytes.append(run.held.last)
+        state_bytes.append(_nbytes(run.current[0]))
+
+
+def _refused(chain, memory, step, held, state_bytes, tape_bytes, alike=False):
+    n = len(tape_bytes)
+    need = schedules.minimum_bytes(schedules.ChainCosts([0] * n, [0] * n, state_bytes, tape_bytes))
+    how = (
+        "every step is taken to be alike"
+        if alike
+        else "the other steps' tapes were sized without being held"
+    )
+    return ValueError(
+        f"{chain.owner}: memory={memory} bytes is too small: step {step}'s tape alone would "
+        f"hold {held} bytes, and a valid schedule needs at least {need} bytes "
+        f"({need / 2**20:.3f} MiB) under the measured sizes (measuring refused that tape "
+        f"before holding it; {how})"
+    )
 
 
 def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
@@ -209,13 +314,6 @@ def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
     run.tape_steps(schedules.Tape(start, tape_stop))
     taped = time.perf_counter() - begin
     held = run.held.bytes
-    if held > memory:
-        run.release()
-        what = f"step {start}'s tape" if tape_stop == start + 1 else "the tapes measured"
-        raise ValueError(
-            f"{chain.owner}: memory={memory} bytes is too small: {what} alone holds {held} "
-            f"bytes, so any schedule needs at least {held} bytes (measuring stopped there)"
-        )
     last = run.tapes[tape_stop - 1]
     width = len(run.spec_at(tape_stop).shapes)
     run.cotangent = _ones_for(t._data for t in last.outputs[:width])
@@ -229,6 +327,26 @@ def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
     reversed_ = taped + time.perf_counter() - begin
     run.current = after
     return advanced, reversed_, held, after
+
+
+def _time_slots(run, state_bytes, memory, repeats):
+    """The least seconds of a Snapshot, a Restore and a Free of the current state, by
+    kind (none if the state alone is over the budget: no plan stores it)."""
+    kinds = (schedules.Snapshot, schedules.Restore, schedules.Free)
+    if state_bytes > memory:
+        return {}
+    here, position = run.current, run.position
+    best = dict.fromkeys(kinds, float("inf"))
+    for _ in range(repeats):
+        for action in (schedules.Snapshot(position, 0), schedules.Restore(position, 0)):
+            begin = time.perf_counter()
+            HANDLERS[type(action)](run, action)
+            best[type(action)] = min(best[type(action)], time.perf_counter() - begin)
+        begin = time.perf_counter()
+        run.free(schedules.Free(0))
+        best[schedules.Free] = min(best[schedules.Free], time.perf_counter() - begin)
+    run.current, run.position = here, position
+    return best
 
 
 def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
@@ -246,15 +364,19 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
     is noise that only ever lengthens a run).  Otherwise each step is measured once, one tape
     at a time, and the whole chain advanced over once more: what n one-step
     Advances cost beyond it is the overhead of n - 1 actions, taken out of the
-    steps' times and charged per action.  Raises ValueError as soon as a tape
-    is over ``memory``.
+    steps' times and charged per action.
+
+    Measuring holds no more than ``memory``: a tape that would take what it
+    holds over the budget is refused before it is held, and a ValueError
+    says the least any plan needs (for a chain, the remaining steps are then
+    taped one by one only to learn their tapes' bytes, each dropped at once).
     """
     x0, x0_nodes, tree = leaves_of(state, "the initial state")
     rng = backend.random_state()
     run = ChainRun(
         tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
     )
-    run.held = Holdings()
+    run.held = _Refusing(memory)
     run.check_values = tape.check_replay  # the plan's re-taped steps will be checked: time it
     run.outer_sweep = _DropSweep()
     if chain.xs:
@@ -263,7 +385,11 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
     start = run.current
     try:
         if alike:
-            _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
+            try:
+                _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
+            except _OverBudget as refused:
+                sizes = [_nbytes(x0)] * (steps + 1), [refused.held] * steps
+                raise _refused(chain, memory, 0, refused.held, *sizes, alike=True) from None
             peak = tape_bytes
             fit = memory // tape_bytes if tape_bytes else SPAN  # a step may save nothing
             span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, fit))
@@ -284,10 +410,16 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
             # one-step Tape and its Reverse (two actions), less their steps' share of the runs
             each = (max(0.0, min(f_one) - f) + max(0.0, min(r_one) - r) / 2) / 2
             overhead = dict.fromkeys((schedules.Advance, schedules.Tape, schedules.Reverse), each)
+            run.current, run.position = start, 0
+            overhead.update(_time_slots(run, _nbytes(x0), memory, repeats))
             return costs, peak, overhead
         forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
         for i in range(steps):
-            f, r, held, after = _time_steps(run, chain, i, i + 1, i + 1, steps, memory)
+            try:
+                f, r, held, after = _time_steps(run, chain, i, i + 1, i + 1, steps, memory)
+            except _OverBudget as refused:
+                _size_the_rest(run, i, steps, state_bytes, tape_bytes)
+                raise _refused(chain, memory, i, refused.held, state_bytes, tape_bytes) from None
             peak = max(peak, held)
             forward.append(f)
             reverse.append(r)
@@ -305,6 +437,8 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
             forward = [f - each for f in forward]
             overhead = {schedules.Advance: each}  # a step's records are made one by one
             # whether taped in one action or many: its Tape/Reverse times keep their share
+        run.current, run.position = start, 0
+        overhead.update(_time_slots(run, state_bytes[0], memory, repeats))
         return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak, overhead
     finally:
         run.release()
@@ -336,56 +470,6 @@ def measure_kept(tape, chain, state, steps, alike):
 # --- planning -------------------------------------------------------------------
 
 
-class Blocks:
-    """A plan over blocks of consecutive steps, carried out on the steps themselves.
-
-    ``plan`` is a schedule of ``len(starts) - 1`` block-steps; block ``k`` is
-    steps ``starts[k] .. starts[k + 1] - 1``.  Taping, advancing over or
-    reversing a block does so to each of its steps, so a block's tape holds
-    the sum of its steps' tapes (what :func:`block_costs` gives the plan).
-    """
-
-    def __init__(self, plan, starts):
-        self.plan = plan
-        self.starts = tuple(starts)
-        self.steps = self.starts[-1]
-        self.snapshots = plan.snapshots
-        self.blocks = len(self.starts) - 1
-        self.predicted_time = plan.predicted_time  # a block's costs are its steps' sums
-        self.predicted_peak_bytes = plan.predicted_peak_bytes
-
-    def __repr__(self):
-        return f"Blocks({self.plan!r}, {self.blocks} blocks of {self.steps} steps)"
-
-    def __iter__(self):
-        starts = self.starts
-        for action in self.plan:
-            kind = type(action)
-            if kind in (schedules.Advance, schedules.Tape, schedules.Reverse):
-                yield kind(starts[action.start], starts[action.stop])
-            elif kind in (schedules.Snapshot, schedules.Restore):
-                yield kind(starts[action.step], *action[1:])
-            else:
-                yield action
-
-
-def block_starts(steps, blocks):
-    """Where each of ``blocks`` blocks of ``steps`` steps starts (lengths differ by one at
-    most), and ``steps`` at the end."""
-    return [k * steps // blocks for k in range(blocks)] + [steps]
-
-
-def block_costs(costs, starts):
-    """The ChainCosts of the chain whose steps are the blocks ``starts`` delimits."""
-    pairs = list(zip(starts, starts[1:]))
-    return schedules.ChainCosts(
-        [sum(costs.forward_time[a:b]) for a, b in pairs],
-        [sum(costs.reverse_time[a:b]) for a, b in pairs],
-        [costs.state_bytes[a] for a in starts],
-        [sum(costs.tape_bytes[a:b]) for a, b in pairs],
-    )
-
-
 def _too_small(form, memory, need):
     return ValueError(
         f"{form}: memory={memory} bytes is too small for this chain: a valid schedule "
@@ -394,31 +478,39 @@ def _too_small(form, memory, need):
 
 
 def plan_optimal(costs, memory, form="Tape", block_limit=None):
-    """The Optimal plan for ``costs`` in ``memory`` bytes (over blocks for a long
-    heterogeneous chain: see the module docstring)."""
+    """The Optimal plan for ``costs`` in ``memory`` bytes: exact for a loop of at most
+    :data:`UNIFORM_LIMIT` steps or a chain of at most ``block_limit``
+    (:data:`BLOCK_LIMIT`) steps, otherwise over that many blocks,
+    then (a budget too tight for them) over :data:`EXACT_LIMIT` blocks, then revolve with
+    the most slots that fit (see the module docstring)."""
     limit = BLOCK_LIMIT if block_limit is None else block_limit
     n = costs.steps
-    uniform = (
+    if n > (UNIFORM_LIMIT if _alike(costs) else limit):
+        for blocks in dict.fromkeys((limit, max(limit, min(n - 1, EXACT_LIMIT)))):
+            try:
+                return schedules.Optimal(costs, memory, blocks=blocks)
+            except ValueError as error:
+                if "too small" not in str(error):
+                    raise
+        if n > EXACT_LIMIT:
+            need = schedules.minimum_bytes(costs)
+            if memory < need:
+                raise _too_small(form, memory, need)
+            return fitting_slots("revolve", costs, memory, form=form)
+    try:
+        return schedules.Optimal(costs, memory)
+    except ValueError as error:
+        if "too small" in str(error):
+            raise _too_small(form, memory, schedules.minimum_bytes(costs)) from None
+        raise
+
+
+def _alike(costs):
+    n = costs.steps
+    return (
         len(set(costs.tape_bytes)) == len(set(costs.forward_time)) == 1
         and len(set(costs.reverse_time)) == len(set(costs.state_bytes[:n])) == 1
     )
-    blocks = n if uniform or n <= limit else limit
-    while True:
-        if blocks >= n:
-            try:
-                return schedules.Optimal(costs, memory)
-            except ValueError as error:
-                if "too small" in str(error):
-                    raise _too_small(form, memory, schedules.minimum_bytes(costs)) from None
-                raise
-        starts = block_starts(n, blocks)
-        coarse = block_costs(costs, starts)
-        if schedules.minimum_bytes(coarse) <= memory:
-            try:
-                return Blocks(schedules.Optimal(coarse, memory), starts)
-            except ValueError:  # within rounding of the minimum: finer blocks
-                pass
-        blocks = min(n, 2 * blocks)
 
 
 def fitting_slots(name, costs, memory, snapshots=None, form="Tape"):

@@ -3,7 +3,11 @@
 * :func:`schedule_diagram` - the classic picture of a checkpointing schedule:
   step index against time (counted in step evaluations), with advances,
   taped steps, reversals, snapshots and restores drawn differently, and
-  disk snapshots and restores (``level="disk"``) in colours of their own.
+  disk snapshots and restores (``level="disk"``) in colours of their own,
+  and states recomputed backwards by an inverse (``Invert``) dashed.
+* :func:`storage_lanes` - which state each memory and disk slot holds over
+  the same time axis, one lane per slot; :func:`two_level_diagram` draws the
+  schedule above its lanes (for :class:`~remat.schedules.TwoLevel`).
 * :func:`memory_timeline` - bytes held by a real run of ``tape.loop`` over
   its step evaluations (``rm.Tape(..., trace=True)`` records them).
 * :func:`budget_curve` - forward steps and memory against the snapshot budget,
@@ -14,7 +18,7 @@ Install with ``pip install "remat[plot]"``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import schedules as S
@@ -51,45 +55,78 @@ def _axes(ax, figsize=(8, 4.5)):
     return ax.figure, ax
 
 
+def _timed(schedule: S.Schedule, steps: int | None = None) -> Iterator[tuple[S.Action, int, int]]:
+    """Each action with the time before and after it (one unit per step evaluated,
+    reversed or inverted), up to End()."""
+    actions = iter(schedule)
+    online = hasattr(actions, "finish")
+    n = steps if steps is not None else schedule.steps
+    time = 0
+    for action in actions:
+        width = 0
+        if isinstance(action, (S.Advance, S.Tape, S.Reverse, S.Invert)):
+            width = action.stop - action.start
+        yield action, time, time + width
+        time += width
+        if online and isinstance(action, S.Tape) and action.stop == n:
+            getattr(actions, "finish")(n)  # an online run learns its length here
+        if isinstance(action, S.End):
+            return
+
+
 def trace_schedule(
     schedule: S.Schedule, steps: int | None = None
 ) -> list[tuple[str, int, int, int, int]]:
     """The schedule as drawable segments: a list of (kind, time0, time1, pos0, pos1).
 
-    ``time`` counts step evaluations and reversals, one unit each; ``kind`` is
-    advance, tape, reverse, snapshot, restore, disk snapshot or disk restore.
-    Online schedules need ``steps``.
+    ``time`` counts step evaluations, reversals and inversions, one unit each;
+    ``kind`` is advance, tape, reverse, invert, snapshot, restore, disk
+    snapshot or disk restore.  Online schedules need ``steps``.
 
     >>> from remat.schedules import Revolve
     >>> from remat.plot import trace_schedule
     >>> trace_schedule(Revolve(steps=3, snapshots=2))[:3]
     [('snapshot', 0, 0, 0, 0), ('advance', 0, 1, 0, 1), ('snapshot', 1, 1, 1, 1)]
     """
-    actions = iter(schedule)
-    online = hasattr(actions, "finish")
-    n = steps if steps is not None else schedule.steps
     segments: list[tuple[str, int, int, int, int]] = []
-    time = position = 0
-    for action in actions:
+    for action, t0, t1 in _timed(schedule, steps):
         kind = type(action).__name__.lower()
         if isinstance(action, (S.Advance, S.Tape)):
-            width = action.stop - action.start
-            segments.append((kind, time, time + width, action.start, action.stop))
-            time += width
-            position = action.stop
-            if online and position == n and isinstance(action, S.Tape):
-                getattr(actions, "finish")(n)  # an online run learns its length here
-        elif isinstance(action, S.Reverse):
-            width = action.stop - action.start
-            segments.append((kind, time, time + width, action.stop, action.start))
-            time += width
+            segments.append((kind, t0, t1, action.start, action.stop))
+        elif isinstance(action, (S.Reverse, S.Invert)):
+            segments.append((kind, t0, t1, action.stop, action.start))
         elif isinstance(action, (S.Snapshot, S.Restore)):
             if action.level == S.DISK:
                 kind = f"disk {kind}"
-            segments.append((kind, time, time, action.step, action.step))
-        elif isinstance(action, S.End):
-            break
+            segments.append((kind, t0, t0, action.step, action.step))
     return segments
+
+
+def slot_spans(
+    schedule: S.Schedule, steps: int | None = None
+) -> list[tuple[str, int, int, int, int]]:
+    """What each slot holds and when: a list of (level, slot, step, time0, time1),
+    from the Snapshot that stored ``x_step`` to the Free (or Snapshot) that ended it.
+
+    >>> from remat.schedules import TwoLevel
+    >>> from remat.plot import slot_spans
+    >>> sorted(span for span in slot_spans(TwoLevel(21, 2, 2, 2, 2)) if span[0] == "disk")
+    [('disk', 0, 0, 0, 67), ('disk', 1, 6, 6, 47)]
+    """
+    spans: list[tuple[str, int, int, int, int]] = []
+    held: dict[tuple[str, int], tuple[int, int]] = {}
+    time = 0
+    for action, t0, time in _timed(schedule, steps):
+        if isinstance(action, (S.Snapshot, S.Free)):
+            key = (action.level, action.slot)
+            if key in held:
+                step, start = held.pop(key)
+                spans.append((*key, step, start, t0))
+            if isinstance(action, S.Snapshot):
+                held[key] = (action.step, t0)
+    for (level, slot), (step, start) in held.items():
+        spans.append((level, slot, step, start, time))
+    return spans
 
 
 STYLE: dict[str, dict[str, Any]] = {
@@ -98,6 +135,7 @@ STYLE: dict[str, dict[str, Any]] = {
     "reverse": dict(color="tab:red", lw=3),
     "snapshot": dict(color="black", marker="s", ms=5, ls="none"),
     "restore": dict(color="tab:orange", marker="o", ms=4, ls="none"),
+    "invert": dict(color="tab:cyan", lw=1.2, ls="--"),
     # disk markers: larger, hollow and on top, so that a memory snapshot taken
     # right after a disk restore (same time, same step) shows through
     "disk snapshot": dict(
@@ -204,4 +242,75 @@ def budget_curve(
         twin.plot(budgets, [s * state_bytes / 2**20 for s in budgets], "--", color="tab:blue")
         twin.set_ylabel("snapshot memory (MiB)", color="tab:blue")
     ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+LANE_COLORS = {S.MEMORY: "tab:blue", S.DISK: "tab:purple"}
+
+
+def storage_lanes(
+    schedule: S.Schedule,
+    steps: int | None = None,
+    ax: Axes | None = None,
+    labels: bool = True,
+) -> Figure:
+    """One lane per memory slot and per disk slot: a bar for each state a slot holds,
+    from its Snapshot to its Free, marked with the step index when there is room.
+
+    >>> from remat.schedules import TwoLevel
+    >>> from remat.plot import storage_lanes
+    >>> fig = storage_lanes(TwoLevel(21, 2, 2, 2, 2))
+    >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    ['disk 0', 'disk 1', 'memory 0', 'memory 1']
+    """
+    fig, ax = _axes(ax, figsize=(8, 2.5))
+    spans = slot_spans(schedule, steps)
+    lanes = sorted(
+        {(level, slot) for level, slot, *_ in spans}, key=lambda k: (k[0] != S.DISK, k[1])
+    )
+    row = {key: k for k, key in enumerate(lanes)}
+    total = max((t1 for *_, t1 in spans), default=1) or 1
+    for level, slot, step, t0, t1 in spans:
+        y = row[(level, slot)]
+        ax.barh(
+            y,
+            max(t1 - t0, total / 400),
+            left=t0,
+            height=0.7,
+            color=LANE_COLORS[level],
+            alpha=0.35 if level == S.MEMORY else 0.55,
+            edgecolor=LANE_COLORS[level],
+        )
+        if labels and t1 - t0 > total / 40:
+            ax.text((t0 + t1) / 2, y, f"x{step}", ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels([f"{level} {slot}" for level, slot in lanes], fontsize=8)
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
+    ax.set_xlabel("time (step evaluations and reversals)")
+    ax.set_title("what each slot holds", fontsize=9)
+    return fig
+
+
+def two_level_diagram(
+    schedule: S.Schedule, steps: int | None = None, figsize: tuple[float, float] = (9, 7)
+) -> Figure:
+    """The schedule diagram above its storage lanes (memory and disk), one time axis.
+
+    >>> from remat.schedules import TwoLevel
+    >>> from remat.plot import two_level_diagram
+    >>> fig = two_level_diagram(TwoLevel(21, 2, 2, 2, 2))
+    >>> len(fig.axes), fig.axes[1].get_title()
+    (2, 'what each slot holds')
+    >>> fig.savefig('two_level.png')  # doctest: +SKIP
+    """
+    plt = _pyplot()
+    spans = slot_spans(schedule, steps)
+    lanes = len({(level, slot) for level, slot, *_ in spans}) or 1
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=figsize, sharex=True, gridspec_kw={"height_ratios": [3, max(1, lanes / 4)]}
+    )
+    schedule_diagram(schedule, steps=steps, ax=top)
+    top.set_xlabel("")
+    storage_lanes(schedule, steps=steps, ax=bottom)
+    fig.tight_layout()
     return fig

@@ -31,14 +31,20 @@ HEADERS = {
         "| schedule | two gradients s | rm.hvp s | hvp / two gradients |",
     ],
     "memory": [
-        "| width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
-        "| width | budget MiB | optimal s | revolve slots | revolve s |",
+        "| steps | costs | budget | plan | seconds |",
+        "| steps | budget | 5 steps a block | 2 steps a block |",
+        "| clock | width | budget MiB | plan | slots | forward_steps | predicted s | measured s |",
+        "| clock | width | budget MiB | optimal s | revolve slots | revolve s |",
     ],
     "overheads": [
         "| contender | ms (fwd+bwd) | vs unrolled | us per step beyond |",
         "| schedule | forward_steps | ms | refined prediction ms | measured / refined |",
         "| revolve of | actions | actions per step |",
         "| contender | us (10 steps) | vs hand-written fwd+bwd |",
+    ],
+    "disk": [
+        "| n | schedule | plan seconds | cost |",
+        "| tape | step evaluations | seconds (median) | / revolve |",
     ],
     "transformer": [
         "| contender | s (fwd+bwd) | time ratio | peak RSS MiB | memory ratio (RSS) |",
@@ -56,6 +62,10 @@ def test_quick_run_prints_its_table(name):
     if name == "loop":  # torch is compared with, or its absence explained
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch checkpoint_sequential" if has_torch else "torch skipped: ") in text
+    if name == "disk":  # gradients identical, files gone, checkpoint_schedules or why not
+        assert "**NO**" not in text and "(empty afterwards)" in text
+        has_peer = importlib.util.find_spec("checkpoint_schedules") is not None
+        assert ("| HRevolve" if has_peer else "checkpoint_schedules is not installed") in text
     if name == "transformer":
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch selective" if has_torch else "torch skipped: ") in text

@@ -283,10 +283,27 @@ def test_a_budget_below_one_tape_stops_measuring_at_once():
         calls.append(1)
         return res_step(h)
 
+    need = H0.nbytes + costs_of("loop").tape_bytes[0]  # keep x_0, tape one step at a time
+    memory.clear_plans()
+    calls.clear()
     tape = Tape(memory=100)  # less than one step's tape
-    with tape, pytest.raises(ValueError, match="step 0's tape alone holds .* at least"):
+    with tape, pytest.raises(ValueError, match=f"step 0's tape alone would .* {need} bytes"):
         tape.loop(step, rm.tensor(H0, requires_grad=True), steps=12)
     assert len(calls) == 2  # step 0 advanced once and taped once, then refused
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_measuring_respects_a_budget_below_one_tape(form, monkeypatch):
+    low, _ = bounds(form)
+    smallest = min(costs_of(form).tape_bytes)
+    monkeypatch.setattr(memory, "Holdings", SpyHoldings)
+    for budget in (1, smallest - 1):
+        memory.clear_plans()
+        SpyHoldings.most = 0
+        clear_grads()
+        with pytest.raises(ValueError, match=f"too small: .* needs at least {low} bytes"):
+            FORMS[form](Tape(memory=budget))
+        assert SpyHoldings.most <= budget
 
 
 def test_a_loop_is_measured_over_as_many_tapes_as_fit(monkeypatch):
@@ -446,16 +463,14 @@ def test_gradients_do_not_depend_on_the_measured_times(form, monkeypatch):
 def test_a_long_heterogeneous_chain_is_planned_over_blocks(monkeypatch):
     monkeypatch.setattr(memory, "BLOCK_LIMIT", 4)
     costs = costs_of("chain")  # 10 steps: 4 blocks
-    starts = memory.block_starts(10, 4)
-    assert starts == [0, 2, 5, 7, 10]
-    coarse = memory.block_costs(costs, starts)
-    budget = schedules.minimum_bytes(coarse)
+    budget = schedules.block_minimum_bytes(costs, schedules.block_starts(10, 4))
     reference, _ = store_all("chain")
     clear_grads()
     tape = Tape(memory=budget)
     assert same(run_chain(tape), reference)
-    assert tape.stats.schedule == "Blocks" and tape.stats.peak_bytes <= budget
+    assert tape.stats.schedule == "Optimal" and tape.stats.peak_bytes <= budget
     plan, measured = tape.plans[0]
+    assert plan.blocks == 4
     assert tape.stats.predicted_seconds >= schedules.simulate(plan, measured).time
 
 
@@ -483,12 +498,14 @@ def test_a_loop_prediction_is_the_plan_time_and_a_measured_overhead():
     assert tape.stats.predicted_seconds >= schedules.simulate(plan, measured).time
 
 
-def test_blocks_too_coarse_for_the_budget_are_refined(monkeypatch):
+def test_a_budget_too_tight_for_the_blocks_is_planned_exactly(monkeypatch):
     costs = costs_of("chain")
     exact = schedules.minimum_bytes(costs)
-    coarse = schedules.minimum_bytes(memory.block_costs(costs, memory.block_starts(10, 2)))
+    coarse = schedules.block_minimum_bytes(costs, schedules.block_starts(10, 2))
     assert coarse > exact
+    monkeypatch.setattr(memory, "EXACT_LIMIT", 10)  # 10 steps: planned exactly if need be
     plan = memory.plan_optimal(costs, exact, block_limit=2)
+    assert isinstance(plan, schedules.Optimal)
     sim = schedules.simulate(plan, costs)
     assert sim.peak_bytes <= exact and sim.reversed_steps == 10
     reference, _ = store_all("chain")
@@ -500,16 +517,15 @@ def test_blocks_too_coarse_for_the_budget_are_refined(monkeypatch):
     assert tape.stats.peak_bytes <= exact
 
 
-def test_blocks_carry_out_the_coarse_plan_on_the_steps():
-    costs = schedules.ChainCosts([1] * 7, [3] * 7, [10] * 8, [25] * 7)
-    starts = memory.block_starts(7, 3)
-    coarse = memory.block_costs(costs, starts)
-    plan = schedules.Optimal(coarse, schedules.minimum_bytes(coarse))
-    blocked = memory.Blocks(plan, starts)
-    sim = schedules.simulate(blocked, costs)
-    assert sim.reversed_steps == 7
-    assert sim.time == plan.predicted_time == blocked.predicted_time
-    assert sim.peak_bytes <= plan.predicted_peak_bytes
+def test_a_chain_too_long_for_the_exact_programme_falls_back_to_revolve(monkeypatch):
+    costs = costs_of("chain")
+    exact = schedules.minimum_bytes(costs)
+    monkeypatch.setattr(memory, "EXACT_LIMIT", 3)
+    plan = memory.plan_optimal(costs, exact, block_limit=2)
+    assert isinstance(plan, schedules.Revolve)
+    assert schedules.simulate(plan, costs).peak_bytes <= exact
+    with pytest.raises(ValueError, match=f"needs at least {exact} bytes"):
+        memory.plan_optimal(costs, exact - 1, block_limit=2)
 
 
 def test_the_messages_name_the_form():

@@ -66,3 +66,35 @@ def test_budget_curve_draws_simulated_points_on_the_optimum(tmp_path):
     assert list(lines["Revolve (simulated)"]) == want
     fig.savefig(tmp_path / "b.png")
     assert (tmp_path / "b.png").stat().st_size > 1000
+
+
+def test_slot_spans_follow_the_two_level_schedule():
+    plan = S.TwoLevel(21, 2, 2, 2, 2)
+    spans = plot.slot_spans(plan)
+    sim = S.simulate(plan)
+    disk = [span for span in spans if span[0] == S.DISK]
+    memory = [span for span in spans if span[0] == S.MEMORY]
+    assert len(disk) == sim.writes[S.DISK] and len(memory) == sim.writes[S.MEMORY]
+    assert {slot for _, slot, *_ in disk} == {0, 1} and {slot for _, slot, *_ in memory} == {0, 1}
+    assert disk[-1][2] == 0 and disk[-1][3] == 0  # x_0 is on disk from the start
+    assert all(t0 <= t1 for *_, t0, t1 in spans)
+
+
+def test_two_level_diagram_has_a_lane_per_slot(tmp_path):
+    fig = plot.two_level_diagram(S.TwoLevel(21, 2, 2, 2, 2))
+    lanes = fig.axes[1]
+    assert [t.get_text() for t in lanes.get_yticklabels()] == [
+        "disk 0",
+        "disk 1",
+        "memory 0",
+        "memory 1",
+    ]
+    fig.savefig(tmp_path / "two_level.png")
+    assert (tmp_path / "two_level.png").stat().st_size > 1000
+
+
+def test_trace_draws_the_states_an_inverse_recomputes():
+    segments = plot.trace_schedule(S.Reversible(8, 2))
+    inverted = [s for s in segments if s[0] == "invert"]
+    assert len(inverted) == S.simulate(S.Reversible(8, 2)).inversions
+    assert all(p0 == p1 + 1 for _, _, _, p0, p1 in inverted)  # each goes one state down

@@ -353,3 +353,53 @@ def test_same_optima_as_checkpoint_schedules(n):
             for disk in (1, 2, 3):
                 theirs = peer.HRevolve(n, ram, disk, uf=1, ub=1, wd=wd, rd=rd)
                 assert two_level_cost(n, ram, disk, wd, rd) == peer_disk_cost(theirs, n, wd, rd)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(2, 400),
+    s=st.integers(0, 6),
+    d=st.integers(1, 12),
+    wc=st.sampled_from([0.0, 0.3, 1.0, 2.0, 4.5]),
+    rc=st.sampled_from([0.0, 0.7, 1.0, 2.0, 3.25]),
+)
+def test_pruning_the_disk_splits_changes_no_cost_and_no_split(n, s, d, wc, rc):
+    """The convex-minorant pruning of TwoLevel's tables (used when the kinks are many)
+    gives the very tables that trying every kink gives, ties included."""
+    from remat.schedules import disk
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(disk, "PRUNE_FROM", 0)
+        pruned = disk._Tables(n, s, wc, rc).two_level(d)
+        patch.setattr(disk, "PRUNE_FROM", 10**9)
+        full = disk._Tables(n, s, wc, rc).two_level(d)
+    assert pruned == full
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(2, 120),
+    s=st.integers(0, 4),
+    extra=st.integers(0, 3),
+    wc=st.sampled_from([0.0, 0.5, 2.0, 5.0]),
+    rc=st.sampled_from([0.0, 1.0, 2.0]),
+)
+def test_with_enough_disk_slots_two_level_is_disk_revolve(n, s, extra, wc, rc):
+    """When Disk-Revolve's plan fits in the disk slots, TwoLevel takes it: the same
+    optimum as its own tables give, a valid schedule within the slots."""
+    from remat.schedules import disk
+
+    needed = simulate(DiskRevolve(n, s, wc, rc)).peak_disk_snapshots
+    d = max(needed, 1) + extra
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(disk, "SHORTCUT_FROM", 0)
+        short = TwoLevel(n, s, d, wc, rc)
+        shortcut_cost = two_level_cost(n, s, d, wc, rc)
+        patch.setattr(disk, "SHORTCUT_FROM", 10**9)
+        levels = TwoLevel(n, s, d, wc, rc)
+    assert short._unbounded is not None and levels._unbounded is None
+    sim = simulate(short)
+    assert sim.peak_disk_snapshots <= d and sim.peak_snapshots <= s
+    assert sim.advances + wc * sim.writes[DISK] + rc * sim.reads[DISK] == pytest.approx(short.cost)
+    assert levels.cost == pytest.approx(short.cost, rel=1e-12, abs=1e-12)
+    assert shortcut_cost == pytest.approx(short.cost, rel=1e-12, abs=1e-12)

@@ -31,6 +31,8 @@ from remat.schedules import (
     Snapshot,
     StoreAll,
     Tape,
+    block_minimum_bytes,
+    block_starts,
     make_schedule,
     minimum_bytes,
     mixed_forward_steps,
@@ -527,8 +529,92 @@ def test_uniform_chains_take_the_length_only_programme_with_the_same_result(
     assert general.feasible == uniform.feasible
     if general.feasible:
         k = general.budget
-        assert general.D[0][n][k] == uniform.cols[k][n]
+        assert general.table.value(0, n, k) == uniform.table.value(n, k)
     plan = Optimal(costs, memory, levels)
     assert isinstance(plan._plan, (_UniformPlan, type(None)))
     result = check(plan, costs)
     assert result.peak_bytes <= memory and result.time == plan.predicted_time
+
+
+# --- Optimal over blocks (long heterogeneous chains) -----------------------------------
+
+
+def whole_blocks(costs, starts):
+    """The chain whose steps are the blocks, each taped or advanced over whole."""
+    pairs = list(zip(starts, starts[1:]))
+    return ChainCosts(
+        [sum(costs.forward_time[a:b]) for a, b in pairs],
+        [sum(costs.reverse_time[a:b]) for a, b in pairs],
+        [costs.state_bytes[a] for a in starts],
+        [sum(costs.tape_bytes[a:b]) for a, b in pairs],
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**9), n=st.integers(3, 14), data=st.data())
+def test_a_plan_over_blocks_lies_between_the_exact_plan_and_whole_blocks(seed, n, data):
+    costs = random_chain(random.Random(seed), n)
+    blocks = data.draw(st.integers(2, n - 1))
+    starts = block_starts(n, blocks)
+    least = block_minimum_bytes(costs, starts)
+    assert least >= minimum_bytes(costs)
+    memory = least + data.draw(st.integers(0, 40))
+    plan = Optimal(costs, memory, blocks=blocks)
+    assert plan.blocks == blocks and plan.exact
+    result = check(plan, costs)
+    assert result.time == plan.predicted_time and result.peak_bytes <= memory
+    assert plan.predicted_time >= Optimal(costs, memory).predicted_time
+    coarse = whole_blocks(costs, starts)
+    if minimum_bytes(coarse) <= memory:  # whole blocks are one plan of its class
+        assert plan.predicted_time <= Optimal(coarse, memory).predicted_time
+
+
+def test_a_budget_too_small_for_the_blocks_says_both_minima():
+    rng = random.Random(3)
+    costs = random_chain(rng, 12)
+    starts = block_starts(12, 3)
+    least, exact = block_minimum_bytes(costs, starts), minimum_bytes(costs)
+    assert least > exact
+    Optimal(costs, least, blocks=3)
+    with pytest.raises(ValueError, match=f"over 3 blocks, which needs at least {least} bytes"):
+        Optimal(costs, least - 1, blocks=3)
+    assert Optimal(costs, exact, blocks=12).blocks is None  # a block a step: exact
+    with pytest.raises(ValueError, match="blocks must be None or an integer >= 1"):
+        Optimal(costs, least, blocks=0)
+
+
+def test_block_starts_are_as_even_as_can_be():
+    assert block_starts(10, 4) == [0, 2, 5, 7, 10]
+    assert block_starts(3, 3) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_least_peak_of_a_chain_whose_tapes_hold_their_inputs(seed):
+    from remat.planning import least_peaks
+
+    rng = random.Random(seed)
+    n = 40
+    s = [rng.randint(1, 50) for _ in range(n + 1)]
+    t = [s[i] + rng.randint(0, 80) for i in range(n)]  # each tape holds its input state
+    costs = ChainCosts([1] * n, [2] * n, s, t)
+    assert minimum_bytes(costs) == least_peaks(s, t) == max(t[0], s[0] + max(t[1:]))
+
+
+def test_a_loop_may_be_planned_over_blocks_too():
+    costs = ChainCosts.uniform(12, 1, 3, 2, 5)
+    least = block_minimum_bytes(costs, block_starts(12, 4))
+    for extra in (0, 7, 30):
+        plan = Optimal(costs, least + extra, blocks=4)
+        assert plan.blocks == 4
+        result = check(plan, costs)
+        assert result.peak_bytes <= least + extra and result.time == plan.predicted_time
+        assert plan.predicted_time >= Optimal(costs, least + extra).predicted_time
+
+
+def test_tables_too_large_are_refused_with_the_way_out():
+    rng = random.Random(0)
+    costs = random_chain(rng, 1000)
+    need = minimum_bytes(costs)
+    with pytest.raises(ValueError, match=r"would take 1.9 GiB .*\(blocks=200"):
+        Optimal(costs, 3 * need)
+    assert Optimal(costs, 3 * need, blocks=100).predicted_peak_bytes <= 3 * need

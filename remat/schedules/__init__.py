@@ -2,7 +2,10 @@
 
 A schedule reverses a loop ``x_0 -> x_1 -> ... -> x_n`` with a budget of slots
 for stored states, as a stream of actions (:mod:`.actions`) that the loop
-executor carries out.  Pure Python: no array library is imported here.
+executor carries out.  Schedules are pure data: they hold no arrays and never
+touch the backend.  The one exception to "pure Python" is arithmetic:
+:class:`Optimal` builds its tables with NumPy on the CPU through
+:mod:`remat.planning`, which imports nothing of remat.
 
 * :class:`StoreAll` - tape everything: ``n`` evaluations, ``n`` tapes.
 * :class:`Periodic`, :class:`Sqrt` - store every ``k``-th state, re-tape one
@@ -14,6 +17,9 @@ executor carries out.  Pure Python: no array library is imported here.
   (``level="disk"``, :data:`DISK`) that cost ``write_cost`` / ``read_cost``
   (Aupy et al. 2016; Herrmann and Pallez 2020), with their optimal costs
   :func:`disk_revolve_cost` and :func:`two_level_cost` (:mod:`.disk`).
+* :class:`Reversible` - steps with an inverse: the reverse sweep recomputes
+  the states backwards (``Invert``), keeping ``snapshots - 1`` exact ones to
+  bound the drift (:mod:`.reversible`).
 * :class:`Mixed` - mixed checkpointing (Maddison 2024): a slot holds a state
   or one step's tape; :func:`mixed_forward_steps` is its optimum ``M(n, s)``.
 * :class:`Optimal` - the least-time schedule for a heterogeneous chain
@@ -36,6 +42,7 @@ from .actions import (
     End,
     EndForward,
     Free,
+    Invert,
     Restore,
     Reverse,
     Schedule,
@@ -49,7 +56,8 @@ from .disk import DiskRevolve, TwoLevel, disk_revolve_cost, two_level_cost
 from .mixed import Mixed, mixed_forward_steps
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
-from .optimal import Optimal, minimum_bytes
+from .optimal import Optimal, block_minimum_bytes, block_starts, minimum_bytes
+from .reversible import Reversible
 from .revolve import Revolve
 from .simulate import ScheduleError, Simulation, simulate
 
@@ -65,12 +73,14 @@ __all__ = [
     "End",
     "EndForward",
     "Free",
+    "Invert",
     "Mixed",
     "Online",
     "Optimal",
     "Periodic",
     "Restore",
     "Reverse",
+    "Reversible",
     "Revolve",
     "Schedule",
     "ScheduleError",
@@ -83,6 +93,8 @@ __all__ = [
     "beta",
     "disk_revolve_cost",
     "make_schedule",
+    "block_minimum_bytes",
+    "block_starts",
     "minimum_bytes",
     "mixed_forward_steps",
     "optimal_forward_steps",

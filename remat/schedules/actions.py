@@ -12,6 +12,8 @@ Evaluation and reversal:
 * ``Reverse(start, stop)``  run the taped steps backwards, ``stop-1`` down to
   ``start``; reversal visits ``n-1, n-2, ..., 0`` strictly in that order.
 * ``Discard(start, stop)``  drop tapes without reversing them.
+* ``Invert(start, stop)``   recompute states backwards with the step's inverse
+  (reversible steps): current goes ``x_stop -> x_start``, untaped.
 
 Storage (``slot`` is an index below the schedule's budget; ``level`` says
 where the slot lives: :data:`MEMORY`, the default, or :data:`DISK`, whose
@@ -176,6 +178,23 @@ class Discard(Action):
     stop = _field(1, "one past the last step whose tape is dropped")
 
     def __new__(cls, start: int, stop: int) -> Discard:
+        return tuple.__new__(cls, (start, stop))
+
+
+class Invert(Action):
+    """Recompute ``x_{stop-1}, ..., x_start`` from the current ``x_stop`` with the inverse.
+
+    >>> from remat.schedules import Invert
+    >>> Invert(3, 5), Invert(3, 5).start, Invert(3, 5).stop
+    (Invert(3, 5), 3, 5)
+    """
+
+    __slots__ = ()
+    _fields = __match_args__ = ("start", "stop")
+    start = _field(0, "position reached (the lowest state recomputed)")
+    stop = _field(1, "the current position before")
+
+    def __new__(cls, start: int, stop: int) -> Invert:
         return tuple.__new__(cls, (start, stop))
 
 

@@ -72,22 +72,28 @@ without trying every ``j``:
 * against ``M``, which is convex (its increments are repetition numbers), the
   split cost matrix is Monge: of two split points, the later one, once at
   least as good, stays so as ``n`` grows.  A queue of the useful split points,
-  each with the first ``n`` at which it wins (found by bisection), gives the
-  best one in O(log n) amortized;
+  each with the first ``n`` at which it wins (found by galloping, then
+  bisection), gives the best one in O(log n) amortized;
 * against the other tables, which are piecewise linear, the minimum of a sum
   of two such functions lies at an end or at a kink where the slope grows,
   and that kink is one of either term; only those ``j`` are tried (a few
-  tens to a few thousand, depending on the budget);
+  tens to a few thousand, depending on the budget).  From :data:`PRUNE_FROM`
+  kinks on, they are tried outwards from the minimum of a convex minorant
+  of the sum (the lower convex hulls of both terms, see ``_HullBounds``),
+  each way only while the minorant is below the best cost found: the same
+  split, ties included, for a few tens of tries instead of thousands;
 * Disk-Revolve's segments (``write_cost + j + read_cost + D1(j)``, whatever
   their position) are tried only up to the longest one that two shorter
   ones do not beat: a dozen steps to a few hundred.
 
-Plan times (``python -m benchmarks schedules``, one core): at ``n = 10**4``
-0.03 s for DiskRevolve and 0.05 to 0.2 s for TwoLevel with 2 to 5 disk
-slots; at ``n = 10**5`` 0.3 s and 0.7 to 4 s.  TwoLevel's work grows with
-the disk slots, one table each, until a level equals the one below: with
-10 memory slots at ``n = 10**4``, 50 disk slots take 15 s and 200 take 50 s
-(DiskRevolve, which needs no bound, would use 903 there).  Iterating the actions adds
+Plan times (``python -m benchmarks disk``, one core of a shared machine,
+10 memory slots, write = read = 2): at ``n = 10**4`` 0.03 s for DiskRevolve
+and 0.06 / 0.2 / 0.6 / 6.7 s for TwoLevel with 2 / 5 / 10 / 50 disk slots;
+at ``n = 10**5`` 0.2 s and 0.5 / 2.5 / 9 s with 2 / 5 / 10.  TwoLevel's
+work grows with the disk slots, one table each, until a level equals the
+one below; with :data:`SHORTCUT_FROM` slots or more it first checks whether
+DiskRevolve's plan fits (903 slots at ``n = 10**4``), and then takes it:
+1000 disk slots plan in 0.03 s, where 200 still take some 20 s.  Iterating the actions adds
 about 0.15 s per 10**5 steps; the generator keeps an explicit stack, so no
 depth of disk segments can overflow Python's recursion limit.
 
@@ -100,7 +106,7 @@ equal to the one below ends the table: more disk slots would not be used).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from numbers import Real
 from typing import Any, cast
@@ -120,6 +126,8 @@ from .arguments import require_count
 from .revolve import reverse_segment
 
 INF = float("inf")
+SHORTCUT_FROM = 8  # disk slots from which TwoLevel first asks if Disk-Revolve's plan fits
+PRUNE_FROM = 96  # kinks from which pruning them beats trying them all (measured, n = 2000..10**5)
 
 
 def require_cost(owner: str, name: str, value: object) -> float:
@@ -154,6 +162,80 @@ def _convex_kinks(table: list, stop: int) -> list:
     return [b for b in range(2, stop - 1) if table[b + 1] - table[b] > table[b] - table[b - 1]]
 
 
+def _lower_hull(points):
+    """The vertices (xs, ys) of the lower convex hull of ``points``, sorted by x."""
+    xs, ys = [], []
+    for x, y in points:
+        while len(xs) >= 2 and (ys[-1] - ys[-2]) * (x - xs[-2]) >= (y - ys[-2]) * (xs[-1] - xs[-2]):
+            xs.pop()
+            ys.pop()
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
+
+
+class _HullBounds:
+    """Convex minorants that bound ``A(j) + right(n - j)`` from below, to prune splits.
+
+    ``right``'s lower convex hull ``Rh`` (tabulated) and the lower convex hull
+    ``Ah`` of ``A`` on ``1 .. n - 1`` (grown as ``A`` is) bound the two terms
+    from below, and ``h(j) = Ah(j) + Rh(n - j)`` is convex in ``j``: going
+    away from its minimum, ``h`` only grows, so once it reaches the best cost
+    found, no split further that way can do better.  The minimum moves right
+    as ``n`` grows (``Rh`` is convex, and ``Ah`` only drops at its right end
+    as points are added), so it is tracked by walking.
+    """
+
+    def __init__(self, right, a1):
+        n_max = len(right) - 1
+        xs, ys = _lower_hull((k, right[k]) for k in range(1, n_max + 1))
+        rh = [INF] * (n_max + 1)
+        for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+            slope = (y1 - y0) / (x1 - x0)
+            for k in range(x0, x1):
+                rh[k] = y0 + slope * (k - x0)
+        rh[xs[-1]] = ys[-1]
+        self.rh = rh
+        self.xs, self.ys = [1], [a1]  # Ah's vertices
+        self.low = 1  # where h was least for the last n
+
+    def add(self, x, y):
+        """A(x) = y is known (x = n, after P(n)): Ah now covers 1 .. x."""
+        xs, ys = self.xs, self.ys
+        while len(xs) >= 2 and (ys[-1] - ys[-2]) * (x - xs[-2]) >= (y - ys[-2]) * (xs[-1] - xs[-2]):
+            xs.pop()
+            ys.pop()
+        xs.append(x)
+        ys.append(y)
+
+    def ah(self, j):
+        xs = self.xs
+        i = bisect_right(xs, j) - 1
+        x0 = xs[i]
+        if x0 == j:
+            return self.ys[i]
+        y0 = self.ys[i]
+        return y0 + (self.ys[i + 1] - y0) * (j - x0) / (xs[i + 1] - x0)
+
+    def minimum(self, n):
+        """The ``j`` in ``1 .. n - 1`` where ``h(j) = Ah(j) + Rh(n - j)`` is least."""
+        rh, ah, last = self.rh, self.ah, n - 1
+        j = min(self.low, last)
+        here = ah(j) + rh[n - j]
+        while j < last:
+            there = ah(j + 1) + rh[n - j - 1]
+            if there > here:
+                break
+            j, here = j + 1, there
+        while j > 1:
+            there = ah(j - 1) + rh[n - j + 1]
+            if there >= here:
+                break
+            j, here = j - 1, there
+        self.low = j
+        return j
+
+
 class _Tables:
     """The optimal costs (and splits) of every chain up to ``n_max`` steps."""
 
@@ -178,6 +260,9 @@ class _Tables:
         queue: list[tuple[int, int]] = []
         head = 0
         right_kinks = [] if right is None else _convex_kinks(right, n_max + 1)
+        bounds = None
+        if right is not None and all(v < INF for v in right[1:]):
+            bounds = _HullBounds(right, A[1])
         for n in range(2, n_max + 1):
             best, arg = M[n], 0
             last = n - 1
@@ -194,7 +279,16 @@ class _Tables:
                     if a + M[first - j] <= A[k] + M[first - k]:
                         queue.pop()  # j is at least as good wherever k is still kept
                         continue
-                    lo, hi = first + 1, n_max + 1  # first n where j catches up with k
+                    # the first n where j catches up with k: galloping from `first`
+                    # (it is usually close), then bisecting
+                    lo = hi = first + 1
+                    width = 1
+                    while hi <= n_max and not a + M[hi - j] <= A[k] + M[hi - k]:
+                        lo = hi + 1
+                        hi = min(lo + width, n_max + 1)
+                        width *= 2
+                    if hi > n_max:
+                        hi = n_max + 1
                     while lo < hi:
                         mid = (lo + hi) // 2
                         if a + M[mid - j] <= A[k] + M[mid - k]:
@@ -218,23 +312,58 @@ class _Tables:
                     value = A[j] + wc + right[n - j]
                     if value < best:
                         best, arg = value, j
-                for j in kinks:
-                    value = A[j] + wc + right[n - j]
-                    if value < best:
-                        best, arg = value, j
-                for b in right_kinks:
-                    if b > n - 2:
-                        break
-                    value = A[n - b] + wc + right[b]
-                    if value < best:
-                        best, arg = value, n - b
+                if bounds is None or len(kinks) + len(right_kinks) < PRUNE_FROM:
+                    for j in kinks:
+                        value = A[j] + wc + right[n - j]
+                        if value < best:
+                            best, arg = value, j
+                    for b in right_kinks:
+                        if b > n - 2:
+                            break
+                        value = A[n - b] + wc + right[b]
+                        if value < best:
+                            best, arg = value, n - b
+                else:
+                    best, arg = self._pruned(n, A, right, kinks, right_kinks, bounds, best, arg)
             P.append(best)
             A.append(n + rc + best)
             split.append(arg)
+            if bounds is not None:
+                bounds.add(n, A[n])
             b = n - 1  # A[n] is known: is n - 1 a convex kink of A?
             if b >= 2 and A[b + 1] - A[b] > A[b] - A[b - 1]:
                 kinks.append(b)
         return P, split
+
+    def _pruned(self, n, A, right, kinks, right_kinks, bounds, best, arg):
+        """The disk splits of ``_level`` at ``n``, tried outwards from the minimum of the
+        convex minorant ``h`` and each way only while ``h`` is below the best cost:
+        the same result (ties included: the first split in the order ``_level``
+        tries them, A's kinks then right's) as trying them all."""
+        wc, rh, xs, ys = self.wc, bounds.rh, bounds.xs, bounds.ys
+        centre = bounds.minimum(n)
+        margin = 1e-9 * (abs(best) + 1)  # rounding in h: prune only what is surely above
+        found = None  # (group, index) of the best split here, for ties
+        # A's kinks j, ascending (group 0); then right's kinks b (group 1), split n - b
+        for group, points in ((0, kinks), (1, right_kinks)):
+            limit = len(points) if group == 0 else bisect_right(points, n - 2)
+            middle = bisect_left(points, centre if group == 0 else n - centre, 0, limit)
+            for indices in (range(middle, limit), range(middle - 1, -1, -1)):
+                for index in indices:
+                    j = points[index] if group == 0 else n - points[index]
+                    value = A[j] + wc + right[n - j]
+                    if value < best:
+                        best, arg, found = value, j, (group, index)
+                        continue
+                    if value == best and found is not None and (group, index) < found:
+                        arg, found = j, (group, index)
+                    i = bisect_right(xs, j) - 1  # h(j) = Ah(j) + Rh(n - j), inline
+                    x0, y0 = xs[i], ys[i]
+                    if x0 != j:
+                        y0 += (ys[i + 1] - y0) * (j - x0) / (xs[i + 1] - x0)
+                    if y0 + wc + rh[n - j] >= best + margin:
+                        break  # h only grows from here on: no split further this way can win
+        return best, arg
 
     def two_level(self, d: int) -> tuple[list, list]:
         """``P(., m)`` and its splits for ``m = 1 .. d`` (index 0 unused).
@@ -254,6 +383,21 @@ class _Tables:
             Ps.append(Ps[-1])
             splits.append(splits[-1])
         return Ps, splits
+
+    def fitting_unbounded(self, d: int) -> tuple[list, list, list, list] | None:
+        """Disk-Revolve's tables ``(D1, split1, Dinf, split)`` if its plan for ``n_max``
+        steps needs at most ``d`` disk slots, else None.
+
+        Then it is optimal with ``d`` slots too: it is a plan within them, and no
+        plan within them beats the best with an unbounded disk.  Its disk slots
+        are its nested segments: one for each cut along ``n, n - j_1, ...``.
+        """
+        found = self.unbounded()
+        split, n, used = found[3], self.n_max, 0
+        while split[n]:
+            used += 1
+            n -= split[n]
+        return found if used <= d else None
 
     def unbounded(self) -> tuple[list, list, list, list]:
         """Disk-Revolve: ``D1``, its splits, ``Dinf`` and its splits.
@@ -347,6 +491,10 @@ def two_level_cost(
     tables = _Tables(n, s, wc, rc)
     if d == 0:
         return tables.M[n]
+    if d >= SHORTCUT_FROM:
+        found = tables.fitting_unbounded(d)
+        if found is not None:
+            return found[2][n]
     P = tables.two_level(d)[0][d]
     return min(tables.M[n], wc + P[n])
 
@@ -426,9 +574,27 @@ class DiskRevolve:
             "DiskRevolve", steps, snapshots, write_cost, read_cost
         )
         tables = _Tables(self.steps, self.snapshots, self.write_cost, self.read_cost)
-        _, self._split1, costs, self._split = tables.unbounded()
+        self._take(tables.unbounded())
+
+    def _take(self, found: tuple[list, list, list, list]) -> None:
+        _, self._split1, costs, self._split = found
         self.cost = costs[self.steps]
         self.x0_level = None if self.steps == 1 else DISK if self._split[self.steps] else MEMORY
+
+    @classmethod
+    def _from_tables(
+        cls,
+        steps: int,
+        snapshots: int,
+        write_cost: float,
+        read_cost: float,
+        found: tuple[list, list, list, list],
+    ) -> DiskRevolve:
+        plan = cls.__new__(cls)
+        plan.steps, plan.snapshots = steps, snapshots
+        plan.write_cost, plan.read_cost = write_cost, read_cost
+        plan._take(found)
+        return plan
 
     def __repr__(self) -> str:
         return (
@@ -478,6 +644,10 @@ class TwoLevel:
     conventions are in :mod:`.disk`; ``cost`` is the optimum,
     ``two_level_cost(...)``, and ``x0_level`` says where ``x_0`` is stored.
     The disk slot of a segment with ``m`` slots left is ``disk_snapshots - m``.
+    With :data:`SHORTCUT_FROM` disk slots or more, it first asks whether
+    :class:`DiskRevolve`'s plan (an unbounded disk) needs no more slots than
+    it has: then that plan is optimal here too, and it is the schedule (its
+    slots numbered by depth), without a table per disk slot.
 
     >>> from remat.schedules import TwoLevel, simulate
     >>> plan = TwoLevel(30, snapshots=2, disk_snapshots=3, write_cost=2, read_cost=2)
@@ -500,8 +670,13 @@ class TwoLevel:
         self.write_cost, self.read_cost = wc, rc
         tables = _Tables(n, s, wc, rc)
         self._M = tables.M
+        found = tables.fitting_unbounded(d) if d >= SHORTCUT_FROM else None
+        self._unbounded = None if found is None else DiskRevolve._from_tables(n, s, wc, rc, found)
         self._P: list = [None]
         self._split: list = [None]
+        if self._unbounded is not None:  # Disk-Revolve's plan fits in the disk slots: optimal
+            self.cost, self.x0_level = self._unbounded.cost, self._unbounded.x0_level
+            return
         if d:
             self._P, self._split = tables.two_level(d)
         self.cost = self._M[n] if d == 0 else min(self._M[n], wc + self._P[d][n])
@@ -518,6 +693,8 @@ class TwoLevel:
         )
 
     def __iter__(self) -> Iterator[Action]:
+        if self._unbounded:
+            return iter(self._unbounded)
         d, split = self.disk_snapshots, self._split
 
         def expand(task):

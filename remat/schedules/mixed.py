@@ -25,55 +25,35 @@ at most ``s + 1``.  A "tape in a slot" is just a ``Tape(i, i + 1)`` whose
 ``Reverse`` comes later: the executor keeps any number of step tapes, and
 ``Mixed.snapshots`` (``s``) bounds the slots for states alone.
 
-Cost of planning: the table of ``M`` and of the minimising choices for all
-lengths up to ``n`` and budgets up to ``s`` is built once per ``(n, s)``, in
-``O(s n^2)`` additions done by C loops (``map``/``min``); for ``s >= n - 1`` it
-is not needed.  Measured on this 2-core machine with ``s = 10``: 0.2 s for
-``n = 1000``, 21 s for ``n = 10**4`` (the split minimising each entry does not
-move monotonically with ``n``, so no split is skipped).
+Cost of planning: ``M`` is the programme of :class:`.Optimal` for a loop of
+identical steps with unit times and unit sizes at ``s + 1`` memory levels
+(``M(n, s) = D_n[s + 1]``; ``tests/test_schedules_optimal.py`` checks this
+against the recursion above), so its table is
+:class:`remat.planning.LengthTable`'s: NumPy, ``O(s n^2 / 2)`` additions, once
+per ``(n, s)``; for ``s >= n - 1`` it is not needed.  Measured on this 2-core
+machine (shared): under 0.05 s for ``n = 1000, s = 10``, about 1 s for
+``n = 10**4`` (21 s with the pure-Python table it replaces), 0.5 s for
+``n = 1000, s = 500``.  Choices are found in the table as segments are
+reached, and remembered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import lru_cache
-from operator import add
 
+from ..planning import LengthTable
 from .actions import Action
 from .arguments import require_count
 from .splits import split_actions
 
-_NEVER = 1 << 62  # "cannot be done": larger than any count that can be reached
-
 
 @lru_cache(maxsize=8)
-def _tables(steps: int, snapshots: int) -> tuple[tuple[list[int], ...], tuple[list[int], ...]]:
-    """``values[s][k] = M(k, s)`` and ``choices[s][k]`` for ``k <= steps``, ``s <= snapshots``.
-
-    ``choices[s][k]`` is 0 for "tape the first step" and ``i >= 2`` for "store,
-    advance ``i`` steps"; it is only filled for ``k > s + 1`` (below, tape all).
-    ``values[0]`` is the budget with no slot at all: one step can still be
-    taped (it is the step being reversed), two cannot.
-    """
-    zero = [0, 1] + [_NEVER] * (steps - 1)
-    values, choices = [zero[: steps + 1]], [[0] * (steps + 1)]
-    for s in range(1, snapshots + 1):
-        below = values[s - 1]
-        value = list(range(min(s + 1, steps) + 1)) + [0] * max(steps - s - 1, 0)
-        choice = [0] * (steps + 1)
-        shifted = [i + m for i, m in enumerate(value)]  # i + M(i, s), filled as we go
-        for k in range(s + 2, steps + 1):
-            tape = 1 + below[k - 1]
-            splits = list(map(add, shifted[2:k], below[k - 2 : 0 : -1]))  # i = 2 .. k-1
-            best = min(splits)
-            if best < tape:
-                value[k], choice[k] = best, splits.index(best) + 2
-            else:
-                value[k] = tape
-            shifted[k] = k + value[k]
-        values.append(value)
-        choices.append(choice)
-    return tuple(values), tuple(choices)
+def _table(steps: int, snapshots: int) -> LengthTable:
+    """``M(L, s') = D_L[s' + 1]`` for ``L <= steps`` and ``s' <= snapshots``: unit steps,
+    unit slots (a state or a tape), ``snapshots + 1`` levels (the slots and the step
+    being reversed)."""
+    return LengthTable(steps, 1, 1, snapshots + 1, 1.0, 1.0)
 
 
 def mixed_forward_steps(steps: int, snapshots: int) -> int:
@@ -87,7 +67,7 @@ def mixed_forward_steps(steps: int, snapshots: int) -> int:
     s = require_count("mixed_forward_steps", "snapshots", snapshots)
     if n <= s + 1:
         return n
-    return _tables(n, s)[0][s][n]
+    return int(_table(n, s).values[n, s + 1])
 
 
 class Mixed:
@@ -107,15 +87,18 @@ class Mixed:
 
     def __iter__(self) -> Iterator[Action]:
         n, s = self.steps, self.snapshots
-        choices = _tables(n, s)[1] if n > s + 1 else None
+        table = _table(n, s) if n > s + 1 else None
+        chosen: dict[tuple[int, int], int] = {}  # (length, slots left) -> first move
 
         def choose(a: int, b: int, budget: int) -> int:
             length = b - a
             if length <= budget + 1:
                 return a  # everything left fits: tape it
-            assert choices is not None  # n > s + 1 here, or the segment fits
-            i = choices[budget][length]
-            return a if i == 0 else a + i
+            assert table is not None  # n > s + 1 here, or the segment fits
+            i = chosen.get((length, budget))
+            if i is None:
+                i = chosen[length, budget] = table.choose(length, budget + 1)
+            return a + i
 
         def after(a: int, budget: int) -> int:
             return budget - 1  # a tape or a state now takes one slot

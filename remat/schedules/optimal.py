@@ -50,32 +50,55 @@ at least as fast as it.  With the default 128 levels and ``h = 10``: as fast
 as the best plan for a budget 8% smaller, at worst.  A budget
 between the true minimum and the rounded one is planned again with more
 levels (enough for a unit of a third of the slack, at least twice as many,
-at most 2**14).
+at most 2**14, and for a heterogeneous chain no more than keep its two tables
+within 2**25 floats).
 
-Cost of planning.  ``O(n^3 levels / 6)`` additions and ``O(n^2 levels)``
-memory for a heterogeneous chain: on this 2-core machine, about 0.9 s for
-``n = 100`` at 128 levels, 8 s for ``n = 200``; the cubic term is the search
-over every split of every segment, which vectorising over levels does not
-remove (``n = 1000`` would take of the order of 15 minutes).  When all steps
-are alike (``tape.loop``), segments differ only by their length and the
-programme is ``O(n^2 levels / 2)``: about 2.7 s for ``n = 1000`` at 128
-levels.  Splits that cannot beat the best time found so far (a split that
-advances over ``F`` seconds of steps costs at least ``F`` plus every step's
-``reverse_time``) are skipped.  A budget that fits every tape at once needs no
-search (store all).
+Long chains: ``blocks=``.  No exact programme of this kind plans 1000
+heterogeneous steps in seconds (``n^3 levels / 6`` is 2e10 at 128 levels;
+pruning splits by the bound "a split that advances over ``F`` costs at least
+``F`` plus every reverse time" removes under 1% of them at twice the least
+memory, 30% at twenty times, measured on a 150-step chain; and the best
+split does not move monotonically with the segment's end, which rules out
+Knuth's speed-up: 105 counterexamples among 25717 cells of 60 random small
+chains).  So
+``Optimal(costs, memory, blocks=B)`` groups the steps into ``B`` blocks of
+consecutive steps (lengths differing by one at most, :func:`block_starts`),
+gives each block its own exact table, and runs the programme over the
+blocks, a one-block segment costing what the block's table says.  The plan
+is optimal among schedules that store states only at block starts or inside
+the block being reversed; its least peak (:func:`block_minimum_bytes`) can
+be above :func:`minimum_bytes`, and a budget under it raises a ValueError
+that gives both.  Work: ``B^3 levels / 6`` plus ``n (n / B)^2 levels / 6``.
+
+Cost of planning.  ``O(n^3 levels / 6)`` additions and minima and
+``2 (n+1)^2 (levels+1)`` floats of memory for a heterogeneous chain; the
+arithmetic is NumPy's (:mod:`remat.planning`: one expression over every
+start, split and level of a segment length, so Python loops ``n`` times),
+while this module keeps the recursion, the rounding and the actions.  On
+this 2-core machine, at 128 levels: about 0.1 s for ``n = 100``, 0.6-0.9 s
+for ``n = 200``, 1.5-2 s for ``n = 250`` (``n = 1000`` would need 2.1 GB of
+tables and, by the cube, about a minute; beyond 2**27 floats, 1 GiB, the
+tables are refused with a ValueError that suggests ``blocks=``: the cubic
+term is the search over every split of every segment, which no vectorising
+removes; :mod:`remat.memory` plans long chains
+over blocks).  Levels from a segment's store-all threshold on are filled in
+without a search.  When all steps are alike (``tape.loop``), segments differ
+only by their length and the programme is ``O(n^2 levels / 2)``: 0.05-0.1 s
+for ``n = 1000``, 4-20 s for ``n = 10000`` (``blocks=200``: 1-2 s, blocks
+of the same costs sharing one table).  A budget that fits every tape at
+once needs no search (store all).
 """
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Iterable, Iterator
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from fractions import Fraction
-from itertools import repeat
 from math import ceil, gcd
 from numbers import Integral, Real
-from operator import add
 from typing import Any, TypeVar
 
+from ..planning import LengthTable, SplitTable, least_peaks
 from .actions import Action, Free, Snapshot
 from .costs import ChainCosts
 from .simulate import simulate
@@ -84,14 +107,23 @@ from .splits import split_actions
 _INF = float("inf")
 T = TypeVar("T")
 _MAX_LEVELS = 1 << 14  # a budget lost to rounding is planned again with up to this many
+_TABLE_FLOATS = 1 << 25  # ... but a heterogeneous table grows no larger than this (256 MB)
+_EXACT_FLOATS = 1 << 27  # the largest tables planned at all (1 GiB): beyond, blocks= is needed
+
+
+def _table_levels(items: int) -> int:
+    """The most levels whose two tables over ``items`` steps stay within _TABLE_FLOATS."""
+    return max(1, min(_MAX_LEVELS, _TABLE_FLOATS // (2 * (items + 1) ** 2) - 1))
 
 
 class Optimal:
     """The least-time schedule for ``costs`` whose peak bytes held stay within ``memory``.
 
     ``levels`` bounds the memory levels of the dynamic programme (see the
-    module docstring for the discretisation and its cost).  After
-    construction, ``predicted_time`` and ``predicted_peak_bytes`` are the
+    module docstring for the discretisation and its cost); ``blocks``, if an
+    integer below the number of steps, plans over that many blocks of steps
+    (optimal in a smaller class, much faster: the module docstring says
+    which).  After construction, ``predicted_time`` and ``predicted_peak_bytes`` are the
     plan's time and peak under the model of :mod:`.costs` (what
     :func:`.simulate` reports for it), ``snapshots`` the most slots it uses at
     once, and ``exact`` whether no size had to be rounded.
@@ -103,27 +135,63 @@ class Optimal:
     (True, 57.0, 57.0)
     """
 
-    def __init__(self, costs: ChainCosts, memory: float, levels: int = 128) -> None:
+    def __init__(
+        self, costs: ChainCosts, memory: float, levels: int = 128, blocks: int | None = None
+    ) -> None:
         if not isinstance(costs, ChainCosts):
             raise ValueError(f"Optimal: costs must be a ChainCosts, got {costs!r}")
         if isinstance(memory, bool) or not isinstance(memory, Real) or not memory >= 0:
             raise ValueError(f"Optimal: memory must be a number of bytes >= 0, got {memory!r}")
         if isinstance(levels, bool) or not isinstance(levels, Integral) or levels < 1:
             raise ValueError(f"Optimal: levels must be an integer >= 1, got {levels!r}")
+        if blocks is not None and (
+            isinstance(blocks, bool) or not isinstance(blocks, Integral) or blocks < 1
+        ):
+            raise ValueError(f"Optimal: blocks must be None or an integer >= 1, got {blocks!r}")
+        if blocks is not None and blocks >= costs.steps:
+            blocks = None  # one step a block: the exact programme
+        self.blocks: int | None = blocks
         self.costs = costs
         self.memory: float = memory
         self.steps: int = costs.steps
-        self._plan: _Plan | _UniformPlan | None = None  # None: store all
+        self._plan: _Plan | _UniformPlan | _BlockPlan | None = None  # None: store all
         if sum(costs.tape_bytes) > memory:
-            need = minimum_bytes(costs)
-            if memory < need:
-                raise ValueError(
-                    f"Optimal: memory={memory!r} bytes is too small for this chain: a valid "
-                    f"schedule needs at least {need!r} bytes"
-                )
             levels = int(levels)
-            limit = max(levels, _MAX_LEVELS)
-            kind: type[_Plan] | type[_UniformPlan] = _UniformPlan if _uniform(costs) else _Plan
+            if blocks is not None:
+                starts = block_starts(costs.steps, blocks)
+                need = block_minimum_bytes(costs, starts)  # never below minimum_bytes
+            else:
+                need = minimum_bytes(costs)
+            if memory < need:
+                least = need if blocks is None else minimum_bytes(costs)
+                if memory < least:
+                    raise ValueError(
+                        f"Optimal: memory={memory!r} bytes is too small for this chain: a "
+                        f"valid schedule needs at least {least!r} bytes"
+                    )
+                raise ValueError(
+                    f"Optimal: memory={memory!r} bytes is too small for a plan over {blocks} "
+                    f"blocks, which needs at least {need!r} bytes (the exact programme, "
+                    f"blocks=None, needs {least!r}): give more blocks or more memory"
+                )
+            if blocks is not None:
+
+                def kind(costs: ChainCosts, memory: float, levels: int) -> _BlockPlan:
+                    return _BlockPlan(costs, memory, levels, starts)
+
+                limit = max(levels, _table_levels(blocks))
+            elif _uniform(costs):
+                kind, limit = _UniformPlan, max(levels, _MAX_LEVELS)
+            else:
+                kind, limit = _Plan, max(levels, _table_levels(costs.steps))
+                floats = 2 * (costs.steps + 1) ** 2 * (levels + 1)
+                if floats > _EXACT_FLOATS:
+                    raise ValueError(
+                        f"Optimal: the exact tables for {costs.steps} heterogeneous steps at "
+                        f"{levels} levels would take {floats * 8 / 2**30:.1f} GiB (more than "
+                        f"{_EXACT_FLOATS * 8 / 2**30:.0f} GiB) and time cubic in the length; "
+                        "plan over blocks (blocks=200, say) or give fewer levels"
+                    )
             while True:
                 plan = kind(costs, memory, levels)
                 if plan.feasible or plan.exact or levels >= limit:
@@ -153,7 +221,8 @@ class Optimal:
         self.predicted_peak_bytes = result.peak_bytes
 
     def __repr__(self) -> str:
-        return f"Optimal(steps={self.steps}, memory={self.memory!r})"
+        blocks = "" if self.blocks is None else f", blocks={self.blocks}"
+        return f"Optimal(steps={self.steps}, memory={self.memory!r}{blocks})"
 
     def __iter__(self) -> Iterator[Action]:
         return self._actions(self._replay)
@@ -198,13 +267,20 @@ def minimum_bytes(costs: ChainCosts) -> float:
 
     The same recursion as the time, minimising the peak instead:
     ``P(a, a+1) = tape_bytes[a]`` and ``P(a, b) = min(tape_bytes[a] + P(a+1, b),
-    min over a < j < b of max(state_bytes[a] + P(j, b), P(a, j)))``: every
-    split is tried, in C loops, ``O(n^3 / 6)`` (under a second for ``n = 200``).
-    When all steps are alike, ``P`` depends on the length only and grows with
-    it (drop a plan's last step: what is left reverses one step less and
-    holds no more), so in ``max(s + P[L - i], P[i])`` the first term falls and
-    the second grows with ``i`` and the best split is found by bisection:
-    ``O(n log n)``.
+    min over a < j < b of max(state_bytes[a] + P(j, b), P(a, j)))``.
+
+    When step 0's tape holds at least ``x_0`` (``t[0] >= s[0]``, as when the
+    tape keeps its input), the answer is ``max(t[0], s[0] + max of t[1:])``:
+    in this class ``x_0`` or step 0's tape is held while every later step is
+    taped, so no plan does better, and keeping ``x_0`` and advancing from it to
+    tape each step in turn, last first, does that well.  Otherwise, when all
+    steps are alike, ``P`` depends on the length only and grows with it (drop
+    a plan's last step: what is left reverses one step less and holds no
+    more), so in ``max(s + P[L - i], P[i])`` the first term falls and the
+    second grows with ``i`` and the best split is found by bisection:
+    ``O(n log n)``.  Otherwise every split is tried (NumPy,
+    :func:`remat.planning.least_peaks`): ``O(n^3 / 6)``, 0.7 s for
+    ``n = 1000``.
 
     >>> from remat.schedules import ChainCosts, minimum_bytes
     >>> minimum_bytes(ChainCosts.uniform(20, 1.0, 2.0, 100, 300))
@@ -212,6 +288,8 @@ def minimum_bytes(costs: ChainCosts) -> float:
     """
     n = costs.steps
     s, t = costs.state_bytes, costs.tape_bytes
+    if t[0] >= s[0]:
+        return max(t[0], s[0] + max(t[1:], default=0))
     if _uniform(costs):  # P depends on the length only: P[L]
         P: list[float] = [0, t[0]]
         for length in range(2, n + 1):
@@ -219,17 +297,9 @@ def minimum_bytes(costs: ChainCosts) -> float:
             candidates = (max(s[0] + P[length - i], P[i]) for i in (j - 1, j) if 0 < i < length)
             P.append(min(t[0] + P[length - 1], *candidates))
         return P[n]
-    table: list[list[float]] = [[0] * (n + 1) for _ in range(n + 1)]  # P(a, b); P(b, b) = 0
-    ends: list[list[float]] = [[0] * (n + 1) for _ in range(n + 1)]  # ends[b][j] = P(j, b)
-    for length in range(1, n + 1):
-        for a in range(0, n - length + 1):
-            b = a + length
-            best = t[a] + table[a + 1][b]
-            if length > 1:
-                splits = map(max, map(add, repeat(s[a]), ends[b][a + 1 : b]), table[a][a + 1 : b])
-                best = min(best, min(splits))
-            table[a][b] = ends[b][a] = best
-    return table[0][n]
+    peak = least_peaks(s, t)  # every split tried
+    exact = all(isinstance(x, Integral) for x in (*s, *t))
+    return int(peak) if exact else peak
 
 
 def _crossing(lo: int, hi: int, before: Callable[[int], bool]) -> int:
@@ -248,70 +318,20 @@ def _crossing(lo: int, hi: int, before: Callable[[int], bool]) -> int:
 
 
 class _Plan:
-    """The dynamic programme's table over integer memory levels, and the choices it implies."""
+    """The dynamic programme's table over integer memory levels (built by
+    :class:`remat.planning.SplitTable`), and the choices it implies."""
 
     def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
-        n = costs.steps
         self.exact, budget, su, tu = _units(costs, memory, levels)
         self.budget, self.su, self.tu = budget, su, tu
-        self.r = r = costs.reverse_time
-        self.fp = fp = _prefix(costs.forward_time)
-        rp = _prefix(costs.reverse_time)
-        self.tp = tp = _prefix(tu)
-        K = budget
-        # D[a][b]: times for levels 0..K; lo[a][b]: the first feasible level (K + 1: none)
-        D: list[list[Any]] = [[None] * (n + 1) for _ in range(n)]
-        lo = [[K + 1] * (n + 1) for _ in range(n + 1)]
-        for b in range(n + 1):
-            lo[b][b] = 0
-        for length in range(1, n + 1):
-            for a in range(n - length + 1):
-                b = a + length
-                hi = min(K + 1, tp[b] - tp[a])  # from level tp[b] - tp[a] on, store all
-                row = [_INF] * hi + [rp[b] - rp[a]] * (K + 1 - hi)
-                first = hi if hi <= K else K + 1
-                if length > 1:
-                    ta, sa, ra = tu[a], su[a], r[a]
-                    right = D[a + 1][b]
-                    k0 = ta + lo[a + 1][b]
-                    if k0 < hi:
-                        row[k0:hi] = [ra + y for y in right[k0 - ta : hi - ta]]
-                        first = min(first, k0)
-                    left_lo, base, floor = lo[a], fp[a], rp[b] - rp[a]
-                    top = hi  # levels >= top cannot be improved by any j left to try
-                    for j in range(a + 1, b):
-                        fa = fp[j] - base
-                        # every time here is >= fa + floor (each step is taped once): find
-                        # the first level the row already reaches that bound, by bisection
-                        # (rows never grow with the level); fa only grows with j.
-                        bound, k1, k2 = fa + floor, min(first, top), top
-                        while k1 < k2:
-                            mid = (k1 + k2) // 2
-                            if row[mid] <= bound:
-                                k2 = mid
-                            else:
-                                k1 = mid + 1
-                        top = k1
-                        if top <= sa:
-                            break  # no level left that a store move could improve
-                        k0 = max(sa + lo[j][b], left_lo[j])
-                        if k0 >= top:
-                            continue
-                        left, right = D[a][j], D[j][b]
-                        row[k0:top] = [
-                            v if v <= (w := fa + x + y) else w
-                            for v, x, y in zip(row[k0:top], left[k0:top], right[k0 - sa : top - sa])
-                        ]
-                        if k0 < first:
-                            first = k0
-                D[a][b] = array("d", row)
-                lo[a][b] = first
-        self.D, self.lo = D, lo
-        self.feasible = lo[0][n] <= K
+        self.table: SplitTable | None = SplitTable(
+            su, tu, budget, costs.forward_time, costs.reverse_time
+        )
+        self.feasible = self.table.feasible
 
     def release(self) -> None:
         """Drop the table once the plan's choices are recorded."""
-        self.D, self.lo = [], []  # a choose() after this fails loudly (IndexError)
+        self.table = None
 
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.tu[a]
@@ -321,25 +341,105 @@ class _Plan:
 
     def choose(self, a: int, b: int, k: int) -> int:
         """The first move the table says is best for ``[a, b)`` at level ``k``."""
-        if k >= self.tp[b] - self.tp[a]:
-            return a  # every tape fits: store all
-        D, fp, ta, sa = self.D, self.fp, self.tu[a], self.su[a]
-        target = D[a][b][k]
-        best, choice = _INF, None
-        if k >= ta:
-            best, choice = self.r[a] + D[a + 1][b][k - ta], a
-            if best == target:
-                return a
-        if k >= sa:
-            base = fp[a]
-            for j in range(a + 1, b):
-                value = (fp[j] - base) + D[a][j][k] + D[j][b][k - sa]
-                if value == target:
-                    return j
-                if value < best:
-                    best, choice = value, j
-        assert choice is not None  # the level is feasible, so some move reaches it
-        return choice
+        assert self.table is not None, "choose() after release()"
+        return self.table.choose(a, b, k)
+
+
+def block_starts(steps: int, blocks: int) -> list:
+    """Where each of ``blocks`` blocks of ``steps`` steps starts (lengths differ by one at
+    most), and ``steps`` at the end.
+
+    >>> from remat.schedules import block_starts
+    >>> block_starts(10, 4)
+    [0, 2, 5, 7, 10]
+    """
+    return [k * steps // blocks for k in range(blocks)] + [steps]
+
+
+def _sums(values: Sequence[Any], starts: Sequence[int]) -> list[Any]:
+    return [sum(values[a:b]) for a, b in zip(starts, starts[1:])]
+
+
+def block_minimum_bytes(costs: ChainCosts, starts: Sequence[int]) -> float:
+    """The least peak of any plan in the class of ``Optimal(..., blocks=)`` (blocks
+    starting at ``starts``): the peak programme over blocks, each block's own least
+    peak (its input state counted) as its one-block segments.
+
+    >>> from remat.schedules import ChainCosts, block_minimum_bytes, block_starts, minimum_bytes
+    >>> costs = ChainCosts([1] * 6, [3] * 6, [10, 40] * 3 + [10], [30, 90] * 3)
+    >>> minimum_bytes(costs), block_minimum_bytes(costs, block_starts(6, 3))
+    (100, 110)
+    """
+    s, t = costs.state_bytes, costs.tape_bytes
+    inner = [
+        minimum_bytes(ChainCosts((0,) * (b - a), (0,) * (b - a), s[a : b + 1], t[a:b]))
+        for a, b in zip(starts, starts[1:])
+    ]
+    peak = least_peaks([s[a] for a in starts], _sums(t, starts), leaves=inner)
+    exact = all(isinstance(x, Integral) for x in (*s, *t))
+    return int(peak) if exact else peak
+
+
+class _BlockPlan:
+    """The programme over blocks of consecutive steps, each block reversed by its own
+    exact plan.
+
+    The outer table is the programme of a chain whose steps are the blocks (a
+    block's times and tape units are its steps' sums), except that a one-block
+    segment costs what the block's own table (every split inside it) says.  So
+    states are stored at block starts, or inside the block being reversed.  A
+    block "taped" by the outer plan is taped step by step, as the exact plan
+    does when it tapes consecutive steps.
+    """
+
+    def __init__(
+        self, costs: ChainCosts, memory: float, levels: int, starts: Sequence[int]
+    ) -> None:
+        self.exact, budget, su, tu = _units(costs, memory, levels)
+        self.budget, self.su, self.tu = budget, su, tu
+        self.starts = starts
+        self.index = {a: k for k, a in enumerate(starts)}
+        f, r = costs.forward_time, costs.reverse_time
+        pairs = list(zip(starts, starts[1:]))
+        made = {}  # blocks whose costs are the same share one table (a loop's blocks)
+        for a, b in pairs:
+            key = (tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b])
+            if key not in made:
+                made[key] = SplitTable(su[a : b + 1], tu[a:b], budget, f[a:b], r[a:b])
+        inner = [made[tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b]] for a, b in pairs]
+        self.inner: list[SplitTable] | None = inner
+        self.outer: SplitTable | None = SplitTable(
+            [su[a] for a in starts],
+            _sums(tu, starts),
+            budget,
+            _sums(f, starts),
+            _sums(r, starts),
+            leaves=[table.ends[table.n, 0] for table in inner],
+        )
+        self.feasible = self.outer.feasible
+
+    def release(self) -> None:
+        """Drop the tables once the plan's choices are recorded."""
+        self.inner = self.outer = None
+
+    def after_tape(self, a: int, budget: int) -> int:
+        return budget - self.tu[a]
+
+    def after_store(self, a: int, budget: int) -> int:
+        return budget - self.su[a]
+
+    def choose(self, a: int, b: int, k: int) -> int:
+        """The first move for ``[a, b)`` at level ``k``: from the block's own table inside
+        one block, else from the outer table (``a`` a block start), else (``a`` inside
+        a block the outer plan tapes) tape."""
+        assert self.inner is not None and self.outer is not None, "choose() after release()"
+        block = bisect_right(self.starts, a) - 1
+        first, last = self.starts[block], self.starts[block + 1]
+        if b <= last:
+            return first + self.inner[block].choose(a - first, b - first, k)
+        if a != first:
+            return a
+        return self.starts[self.outer.choose(block, self.index[b], k)]
 
 
 class _UniformPlan:
@@ -347,61 +447,22 @@ class _UniformPlan:
 
     ``D_L[k]`` stands for ``D(a, a + L, k)`` whatever ``a``, the splits are
     ``D_L = min(r + D_{L-1}[k - t], min over i of (i f + D_i[k]) + D_{L-i}[k - s])``,
-    and the work is ``O(n^2 levels / 2)`` additions instead of ``O(n^3 levels / 6)``.
-    A split that advances ``i`` steps costs at least ``i f + L r`` (every step is
-    taped once), so splits are only tried while that bound beats the best so far.
+    and the work is ``O(n^2 levels / 2)`` additions instead of ``O(n^3 levels / 6)``
+    (:class:`remat.planning.LengthTable`).
     """
 
     def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
-        n = costs.steps
         self.exact, budget, su, tu = _units(costs, memory, levels)
-        self.budget = K = budget
-        self.s, self.t = s, t = su[0], tu[0]
-        self.r = r = costs.reverse_time[0]
-        f = costs.forward_time[0]
-        # cols[k][L] = D_L[k]; adv[k][i] = i f + D_i[k] (a left part and the advance over it)
-        self.cols = cols = [[0.0] for _ in range(K + 1)]
-        self.adv = adv = [[0.0] for _ in range(K + 1)]
-        first = [0]  # first[L]: the lowest feasible level for L steps (K + 1: none)
-        for length in range(1, n + 1):
-            hi = min(K + 1, length * t)  # from level length * t on, store all
-            floor = length * r
-            lowest = hi if hi <= K else K + 1
-            if length > 1:
-                lowest = min(
-                    lowest,
-                    t + first[length - 1],
-                    *(max(s + first[length - i], first[i]) for i in range(1, length)),
-                )
-            for k in range(K + 1):
-                if k < lowest:
-                    value = _INF
-                elif k >= hi:
-                    value = floor
-                else:
-                    value = r + cols[k - t][length - 1] if k >= t else _INF
-                    if k >= s:
-                        most = length - 1  # the longest advance worth trying
-                        if f > 0 and value < _INF:
-                            most = min(most, int((value - floor) / f))
-                        if most >= 1:
-                            split = min(
-                                map(
-                                    add,
-                                    adv[k][1 : most + 1],
-                                    cols[k - s][length - 1 : length - 1 - most : -1],
-                                )
-                            )
-                            if split < value:
-                                value = split
-                cols[k].append(value)
-                adv[k].append(length * f + value)
-            first.append(lowest)
-        self.feasible = first[n] <= K
+        self.budget = budget
+        self.s, self.t = su[0], tu[0]
+        self.table: LengthTable | None = LengthTable(
+            costs.steps, su[0], tu[0], budget, costs.forward_time[0], costs.reverse_time[0]
+        )
+        self.feasible = self.table.feasible
 
     def release(self) -> None:
         """Drop the table once the plan's choices are recorded."""
-        self.cols, self.adv = [], []  # a choose() after this fails loudly (IndexError)
+        self.table = None
 
     def after_tape(self, a: int, budget: int) -> int:
         return budget - self.t
@@ -411,25 +472,8 @@ class _UniformPlan:
 
     def choose(self, a: int, b: int, k: int) -> int:
         """The first move the table says is best for ``b - a`` steps at level ``k``."""
-        length, s, t = b - a, self.s, self.t
-        if k >= length * t:
-            return a
-        cols, target = self.cols, self.cols[k][length]
-        best, choice = _INF, None
-        if k >= t:
-            best, choice = self.r + cols[k - t][length - 1], a
-            if best == target:
-                return a
-        if k >= s:
-            adv, right = self.adv[k], cols[k - s]
-            for i in range(1, length):
-                value = adv[i] + right[length - i]
-                if value == target:
-                    return a + i
-                if value < best:
-                    best, choice = value, a + i
-        assert choice is not None  # the level is feasible, so some move reaches it
-        return choice
+        assert self.table is not None, "choose() after release()"
+        return a + self.table.choose(b - a, k)
 
 
 def _uniform(costs: ChainCosts) -> bool:
@@ -466,12 +510,3 @@ def _units(costs: ChainCosts, memory: float, levels: int) -> tuple[bool, int, li
     su = [ceil(Fraction(x) * scale) for x in costs.state_bytes]
     tu = [ceil(Fraction(x) * scale) for x in costs.tape_bytes]
     return not any(sizes), levels, su, tu  # all sizes zero: nothing was rounded
-
-
-def _prefix(values: Iterable[Any]) -> list[Any]:  # of ints (sizes) or floats (times)
-    total: Any = 0
-    out = [total]
-    for v in values:
-        total = total + v
-        out.append(total)
-    return out

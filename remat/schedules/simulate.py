@@ -31,6 +31,7 @@ from .actions import (
     End,
     EndForward,
     Free,
+    Invert,
     Restore,
     Reverse,
     Schedule,
@@ -66,7 +67,8 @@ class Simulation:
     Restores (``{"memory": ..., "disk": ...}``); ``peak_disk_snapshots`` is the
     most disk slots in use at once.  ``peak_held`` is the most slots in use
     plus taped steps alive at the same moment (the count that mixed
-    checkpointing bounds by ``s + 1``).
+    checkpointing bounds by ``s + 1``).  ``inversions`` counts the states
+    recomputed backwards by ``Invert`` (reversible steps; not step evaluations).
 
     With costs, ``time`` is the sum of ``forward_time[i]`` over every untaped
     evaluation and ``reverse_time[i]`` over every taped one, and ``peak_bytes``
@@ -93,6 +95,7 @@ class Simulation:
     peak_held: int = 0
     peak_bytes: float | None = None
     time: float | None = None
+    inversions: int = 0
 
 
 def simulate(
@@ -174,6 +177,7 @@ def simulate(
         writes=dict(run.writes),
         reads=dict(run.reads),
         peak_disk_snapshots=run.peak_disk,
+        inversions=run.inversions,
         peak_held=meter.peak_held,
         peak_bytes=None if costs is None else meter.peak_bytes,
         time=None if costs is None else meter.time,
@@ -257,6 +261,7 @@ class _Run:
         self.writes = {MEMORY: 0, DISK: 0}
         self.reads = {MEMORY: 0, DISK: 0}
         self.peak_disk = 0
+        self.inversions = 0
         self.next_reverse = n - 1
         self.forward_over = False
         self.ended = False
@@ -274,6 +279,19 @@ class _Run:
             self._evaluate(index, action, taped=kind is Tape)
         elif kind is Reverse:
             self._reverse(index, action)
+        elif kind is Invert:
+            start, stop = action
+            self._check_range(index, action, start, stop)
+            if self.current != stop:
+                self.fail(
+                    index,
+                    action,
+                    f"the current state is {self._where()}",
+                    f"Invert recomputes states backwards from the current one, which must be "
+                    f"x_{stop}",
+                )
+            self.current = start
+            self.inversions += stop - start
         elif kind is Restore:
             step, slot, level = action
             slots = self._check_slot(index, action, slot, level)
