@@ -312,9 +312,12 @@ def corpus() -> str:
     """A small text of remat's own making: the docstrings of its modules, lower-cased,
     with every character outside :data:`ALPHABET` written as a space.
 
-    >>> from remat.workloads import corpus
-    >>> corpus()[:24]
-    'the tape  operations rec'
+    >>> from remat.workloads import ALPHABET, corpus
+    >>> text = corpus()
+    >>> len(text) > 5000, set(text) <= set(ALPHABET)
+    (True, True)
+
+    It changes whenever those docstrings do, and with it the transformer's data.
     """
     from . import budget, checkpoint, executor, functional, memory, schedules, tape
 
@@ -360,8 +363,8 @@ def transformer(
     >>> from remat.workloads import transformer
     >>> model = transformer(steps=2, width=16, heads=2, context=8, batch=2)
     >>> loss, grads = model.loss_and_gradients(rm.Tape(snapshots=1))
-    >>> round(loss, 3), len(grads)  # near ln 32 = 3.466 at the start
-    (3.8, 26)
+    >>> abs(loss - 3.466) < 1.0, len(grads)  # near ln 32 = 3.466 at the start; 26 tensors
+    (True, 26)
     """
     if width % heads:
         raise ValueError(f"transformer: width {width} is not divisible by heads {heads}")
