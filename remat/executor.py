@@ -930,8 +930,9 @@ class ChainRun:
                 records = recorder.records[:]
                 recorder.records.clear()
                 retag(records)
-                if recomputed:
-                    self.forward.refuse_changed(records, self.chain.name(i))
+                if recomputed and (guard.WATCHED or guard.REBOUND[0] > self.forward.seq):
+                    self.forward.refuse_changed(records, self.chain.name(i))  # (its own test,
+                    # inlined here so that a step pays no name and no call while nothing changed)
                 saved = saved_by(records, floor, inputs)
                 self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
                 self.held.hold(saved)
