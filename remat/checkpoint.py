@@ -199,6 +199,7 @@ class Call:
         if reusing is not None:
             reusing.finish()
         out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
+        self.forward.refuse_changed(recorder.records, self.name)
         self.check_replay(out_tree, out_arrays)
         outputs = flatten(out, is_value)[0]
         if number_below(recorder.records, seq):

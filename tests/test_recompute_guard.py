@@ -190,3 +190,18 @@ def test_no_grad_inside_a_checkpoint_is_still_off():
     x = rm.tensor(np.ones(3), requires_grad=True)
     rm.checkpoint(f)(x).sum().backward()
     np.testing.assert_array_equal(x.grad, 1 - np.tanh(1.0) ** 2)
+
+
+def test_second_order_through_a_checkpoint_refuses_a_changed_parameter():
+    """rm.grad of rm.grad splices the recomputation into the graph: checked the same way."""
+    w = rm.tensor(rng.standard_normal((4, 4)) * 0.3, requires_grad=True)
+    x = rm.tensor(X0, requires_grad=True)
+    block = rm.checkpoint(lambda h: rm.tanh(h @ w))
+
+    def inner(h):
+        loss = (block(h) ** 2).sum()
+        w.data[0, 0] += 1.0  # between the checkpoint's forward and its (recorded) backward
+        return loss
+
+    with pytest.raises(rm.BackwardError, match="changed in place after the forward sweep"):
+        rm.grad(lambda h: (rm.grad(inner)(h) ** 2).sum())(x)
