@@ -116,15 +116,21 @@ def changed_since(arrays, seq, remembered, cache):
         watch = WATCHED.get(key)
         if watch is None or watch.owner() is not owner or cache.get(key) is owner:
             continue
-        then = remembered.get(key) if remembered is not None else None
-        if then is not None and then[0]() is owner:
-            expected = then[1]  # watched at seq: its value then
-        else:  # handed out after seq (remember() saw every owner watched at seq)
-            expected = watch.fingerprint
-        if backend.fingerprint(owner) != expected:
+        expected = _fingerprint_at(seq, remembered, watch, owner)
+        if expected is not None and backend.fingerprint(owner) != expected:
             return i
         cache[key] = owner
     return None
+
+
+def _fingerprint_at(seq, remembered, watch, owner):
+    """What ``owner`` held at sequence number ``seq``: its fingerprint then if it was
+    watched (``remember()`` saw every owner watched then), else the one taken when
+    it was handed out later (nobody could write it before)."""
+    then = remembered.get(id(owner)) if remembered is not None else None
+    if then is not None and then[0]() is owner:
+        return then[1]
+    return watch.fingerprint if watch.seq > seq else None
 
 
 def changed_since_remembered(seq, remembered):
@@ -136,14 +142,8 @@ def changed_since_remembered(seq, remembered):
         owner = watch.owner()
         if owner is None:
             continue
-        then = remembered.get(id(owner)) if remembered is not None else None
-        if then is not None and then[0]() is owner:
-            expected = then[1]
-        elif watch.seq > seq:
-            expected = watch.fingerprint
-        else:
-            continue
-        if backend.fingerprint(owner) != expected:
+        expected = _fingerprint_at(seq, remembered, watch, owner)
+        if expected is not None and backend.fingerprint(owner) != expected:
             return owner
     return None
 
