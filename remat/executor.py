@@ -471,16 +471,16 @@ class Forward:
         if guard.REBOUND[0] > self.seq:
             return (
                 "A leaf tensor was given a new value after the forward sweep (`p -= ...` or "
-                "`p.data = ...`); a recomputation reads the new one. Update parameters after "
-                "backward."
+                "`p.data = ...`): if this computation reads it, its recomputation reads the new "
+                "one. Update parameters after backward."
             )
         changed = guard.changed_since_remembered(self.seq, self.memory)
         if changed is not None:
             return (
                 f"An array of shape {changed.shape} and dtype {changed.dtype} was changed in "
                 "place after the forward sweep (through .data, np.asarray(t), .numpy() or a "
-                "view of them); a recomputation reads the new values. Change values only after "
-                "backward."
+                "view of them): if this computation reads it, its recomputation reads the new "
+                "values. Change values only after backward."
             )
         return None
 
