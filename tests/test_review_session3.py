@@ -78,3 +78,16 @@ def test_checkpoint_input_used_outside_the_block_is_bit_for_bit():
         return x.grad
 
     np.testing.assert_array_equal(grads(True), grads(False))
+
+
+# Optimal(costs, memory, blocks=np.int64(3)) (a block count computed with NumPy): passes the
+# argument check (NumPy integers are Integral), then fails deep in the plan with "TypeError:
+# cannot unpack non-iterable numpy.int64 object" (splits.py tells a pending position by
+# `type(x) is int`). Should: the plan of blocks=3. Severity: unclear (false) error. Fixed:
+# Optimal converts blocks to int.
+def test_optimal_blocks_given_as_a_numpy_integer():
+    costs = rm.schedules.ChainCosts.uniform(20, 1.0, 2.0, 100, 300)
+    got = rm.schedules.Optimal(costs, memory=1500, blocks=np.int64(3))
+    want = rm.schedules.Optimal(costs, memory=1500, blocks=3)
+    assert list(got) == list(want)
+    assert got.predicted_time == want.predicted_time == 61.0
