@@ -360,9 +360,7 @@ _BY_POSITION = (
     "A recomputation reuses the values its policy kept by position, so it must evaluate "
     "the same ops, in the same order, on the same values as the first run: make the "
     "function a pure function of its inputs (no Python-side state that changes, "
-    "rm.random rather than np.random), or use policy=None, which checks only its results. "
-    "(A function that calls rm.grad inside evaluates other ops when it is recomputed, since "
-    "its inner backward is recorded then: it cannot take a policy yet.)"
+    "rm.random rather than np.random), or use policy=None, which checks only its results."
 )
 
 

@@ -91,3 +91,26 @@ def test_optimal_blocks_given_as_a_numpy_integer():
     want = rm.schedules.Optimal(costs, memory=1500, blocks=3)
     assert list(got) == list(want)
     assert got.predicted_time == want.predicted_time == 61.0
+
+
+# rm.checkpoint(f, policy=...) (or rm.Tape(policy=...)) where f calls rm.grad inside (a
+# gradient penalty): the forward ran, and only backward raised a ReplayError ("evaluated
+# `identity` ... where its first run evaluated `matmul`"), whose text first blamed Python-side
+# state and np.random. The combination can never work (the recomputation records the inner
+# backward's ops, the first run does not). Should: refused at once, at the call, naming the
+# cause. Severity: unclear (late) error. Fixed: rm.grad refuses inside a policy's first run.
+def test_rm_grad_inside_a_policy_checkpoint_is_refused_at_the_call():
+    w = rm.tensor(W0, requires_grad=True)
+
+    def penalised(x):
+        return rm.sin(x) * rm.grad(lambda z: (rm.tanh(z @ w) ** 2).sum())(x)
+
+    x = rm.tensor(X0, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="checkpointed with a policy"):
+        rm.checkpoint(penalised, policy=rm.policies.save_ops("matmul"))(x)
+    with pytest.raises(NotImplementedError, match="checkpointed with a policy"):
+        with rm.Tape(snapshots=1, policy=rm.policies.save_everything) as tape:
+            tape.loop(penalised, x, steps=3)
+    with rm.Tape(snapshots=1) as tape:  # without a policy: fine
+        tape.loop(penalised, x, steps=3).sum().backward()
+    assert np.all(np.isfinite(w.grad))
