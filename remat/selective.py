@@ -26,7 +26,8 @@ and the operands of a kept op against their fingerprints, so that a
 recomputation that drifted is refused (a ``ReplayError`` naming the function
 or step, the position, and what was expected and found) rather than mixed
 with the kept values.  A kept array whose memory was handed to the user
-(``y.data``) and written into since is refused too (:mod:`remat.guard`).
+(``y.data``) and written into since (:mod:`remat.guard`) is not reused: its op
+runs again, as it would without a policy.
 
 A recomputation still evaluates every op that is not kept, even one whose
 result only feeds kept ones: remat runs the function eagerly and does not
@@ -42,7 +43,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from . import backend, guard
-from .tape import BackwardError, next_sequence
+from .tape import next_sequence
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -318,13 +319,7 @@ class Reusing(Frame):
             )
         found, seq = self.kept.guards[position]
         if guard.changed((value,), found, seq) is not None:
-            raise BackwardError(
-                f"backward through {self.where}: the output of `{name}` at op position "
-                f"{position} (shape {value.shape}), which its policy kept for the "
-                "recomputation, was changed in place after it was made (through .data, "
-                "np.asarray(t) or a view of them), so reusing it would give wrong gradients. "
-                "Change values only after backward, or out of place."
-            )
+            return None  # written into since (y.data[...] = ...): its kernel runs again instead
         return value
 
     def seen(self, op, args, out, ran):
