@@ -193,7 +193,20 @@ class Record:
     ('sin', (2,), 16)
     """
 
-    __slots__ = ("op", "seq", "parents", "args", "ans", "kwargs", "shape", "ct", "checks")
+    # (and "rebound", set only when a non-leaf tensor made by it gets a new value: see
+    # Tensor.data; read with getattr)
+    __slots__ = (
+        "op",
+        "seq",
+        "parents",
+        "args",
+        "ans",
+        "kwargs",
+        "shape",
+        "ct",
+        "checks",
+        "rebound",
+    )
 
     def __init__(
         self,
