@@ -193,8 +193,6 @@ class Record:
     ('sin', (2,), 16)
     """
 
-    # (and "rebound", set only when a non-leaf tensor made by it gets a new value: see
-    # Tensor.data; read with getattr)
     __slots__ = (
         "op",
         "seq",
@@ -207,6 +205,7 @@ class Record:
         "checks",
         "rebound",
     )
+    rebound: int  # set only when a non-leaf tensor it made gets a new value (Tensor.data); getattr
 
     def __init__(
         self,
