@@ -90,6 +90,26 @@ class Frame:
         """After an evaluation: ``out`` is its output; ``ran``: its kernel ran."""
 
 
+class Unobserved:
+    """``with Unobserved():`` the frames of policies open around it (:class:`Saving`,
+    :class:`Reusing`) see none of the evaluations inside; counters still count them.
+
+    For the runs remat makes for itself, which a first run and its recomputation
+    do not make alike: a byte or disk budget measures a chain's steps the first
+    time and reuses the plan after, so a policy around it would find other ops at
+    its positions.
+    """
+
+    def __enter__(self):
+        frames = FRAMES.get()
+        self._token = FRAMES.set(tuple(f for f in frames if not (f.reuses or f.names)))
+        return self
+
+    def __exit__(self, *exc):
+        FRAMES.reset(self._token)
+        return False
+
+
 def within(frame, function):
     """``function()`` inside ``frame`` (or as it is, when ``frame`` is None)."""
     if frame is None:

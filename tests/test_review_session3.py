@@ -198,3 +198,32 @@ def test_a_python_name_rebound_to_a_new_tensor_is_refused_without_the_replay_che
     params["w2"] = w * 3.0
     with pytest.raises(rm.BackwardError, match="`matmul`"):
         y.backward()
+
+
+# rm.grad of a function that wraps a disk tape's loop (rm.Tape(snapshots=1, disk_snapshots=2))
+# or a byte budget's (rm.Tape(memory=...)) in rm.checkpoint(body, policy=save_everything):
+# ReplayError "rm.checkpoint(body) was recomputed in backward and evaluated 20 ops, where its
+# first run evaluated 80" (the first run also measured the chain's steps for the plan; the
+# recomputation reused the plan). Should: the gradient of store-all. Severity: false error.
+# Fixed: the budgets' measurement runs are unseen by the policies' frames (selective.Unobserved).
+@pytest.mark.parametrize("budget", [{"snapshots": 1, "disk_snapshots": 2}, {"memory": "300 B"}])
+def test_a_policy_checkpoint_around_a_measured_chain(budget):
+    rm.memory.clear_plans()
+
+    def f_of(tape_args, policy):
+        def f(x, w):
+            def step(h):  # one function for both runs of body: its plan is cached
+                return h + rm.softmax(rm.tanh(h @ w)) * 0.5
+
+            def body(x):
+                with rm.Tape(**tape_args) as tape:
+                    return tape.loop(step, x, steps=4)
+
+            return (rm.checkpoint(body, policy=policy)(x) ** 2).sum()
+
+        return f
+
+    want = rm.grad(f_of({}, None), argnums=(0, 1))(X0, W0)
+    got = rm.grad(f_of(budget, rm.policies.save_everything), argnums=(0, 1))(X0, W0)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
