@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from . import backend, schedules
 from . import memory as _memory
 from .executor import ChainRun, Holdings, Spec, leaves_of
+from .selective import Unobserved
 from .storage import DiskStore
 
 SPAN = 4  # steps timed in one run
@@ -114,7 +115,8 @@ def plan_chain(tape, chain, state, steps, functions):
     if entry is not None:
         _memory._PLANS.move_to_end(key)
         return (*entry, "reused")
-    costs = measure_disk_costs(tape, chain, state, steps)
+    with Unobserved():  # a policy around this chain sees the chain's run, not this one
+        costs = measure_disk_costs(tape, chain, state, steps)
     schedule = schedules.TwoLevel(steps, s, d, costs.write_cost, costs.read_cost)
     if key is not None:
         _memory._PLANS[key] = (schedule, costs)

@@ -470,9 +470,9 @@ class Forward:
         for a replay error (the steps that read them may have run untaped, unseen)."""
         if guard.REBOUND[0] > self.seq:
             return (
-                "A leaf tensor was given a new value after the forward sweep (`p -= ...` or "
-                "`p.data = ...`): if this computation reads it, its recomputation reads the new "
-                "one. Update parameters after backward."
+                "A leaf tensor (or one computed before the forward sweep) was given a new value "
+                "after the forward sweep (`p -= ...` or `p.data = ...`): if this computation "
+                "reads it, its recomputation reads the new one. Update parameters after backward."
             )
         changed = guard.changed_since_remembered(self.seq, self.memory)
         if changed is not None:
@@ -504,6 +504,21 @@ class Forward:
                         "...`), so recomputing it would differentiate another function. "
                         "Update parameters after backward."
                     )
+            if leaves_rebound:  # a tensor computed before this sweep (w2 = w * 2), rebound
+                for node in record.parents:
+                    if (
+                        isinstance(node, Record)
+                        and node.seq < self.seq
+                        and getattr(node, "rebound", -1) > self.seq
+                    ):
+                        raise BackwardError(
+                            f"backward through {where}: `{record.op.name}` (output shape "
+                            f"{record.shape}) reads a tensor of shape {node.shape}, made by "
+                            f"`{node.op.name}` before the forward sweep, that was given a new "
+                            "value after it (`t.data = ...` or `with rm.no_grad(): t -= ...`), "
+                            "so recomputing it would differentiate another function. Change "
+                            "values after backward."
+                        )
             arrays = (*record.args, *(t._data for n in leaves if (t := n.tensor()) is not None))
             k = guard.changed_since(arrays, self.seq, self.memory, cache) if guard.WATCHED else None
             if k is not None:

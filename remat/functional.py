@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import backend
+from . import backend, selective
 from .ops import astype, identity
 from .pytree import flatten, unflatten
 from .tape import (
@@ -92,6 +92,8 @@ def value_and_grad(
                 f"{sorted({p for p in positions if positions.count(p) > 1})} more than once "
                 f"(the function got {len(args)} arguments); name each argument once"
             )
+        if selective.OPEN and any(isinstance(f, selective.Saving) for f in selective.FRAMES.get()):
+            raise NotImplementedError(_GRAD_UNDER_A_POLICY)
         depth = GRAD_DEPTH.get()
         # Under no_grad nothing is recorded: a plain gradient (never zeros from
         # unrecorded inputs), also inside an untaped loop step (GRAD_ENABLED is
@@ -153,6 +155,15 @@ def value_and_grad(
 
     value_and_grad_f.__name__ = f"value_and_grad({getattr(f, '__name__', 'f')})"
     return value_and_grad_f
+
+
+_GRAD_UNDER_A_POLICY = (
+    "rm.grad (or rm.value_and_grad) inside a function checkpointed with a policy "
+    "(rm.checkpoint(f, policy=...), or a step of rm.Tape(policy=...)) is not supported: "
+    "its recomputation records the inner backward's ops, which this first run does not "
+    "evaluate, so the values the policy keeps could not be matched to their ops by position. "
+    "Checkpoint this function with policy=None (it is then recomputed whole, and checked)"
+)
 
 
 def _is_value(v):

@@ -82,6 +82,7 @@ from numbers import Integral
 
 from . import backend, schedules
 from .executor import HANDLERS, ChainRun, Holdings, KeepingRun, Spec, leaves_of
+from .selective import Unobserved
 
 # The public names: what a user of Tape(memory=) may call.  The rest serve
 # remat.budget (measure, plan, run) and are documented for readers of the code.
@@ -599,8 +600,9 @@ def plan_chain(tape, chain, state, steps, functions, alike):
     if entry is not None:
         _PLANS.move_to_end(key)
         return (*entry, "reused")
-    costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike)
-    kept = 0 if tape.recompute is None else measure_kept(tape, chain, state, steps, alike)
+    with Unobserved():  # a policy around this chain sees the chain's run, not these
+        costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike)
+        kept = 0 if tape.recompute is None else measure_kept(tape, chain, state, steps, alike)
     room = memory - kept  # what the slots and tapes may hold beside the policy's values
     try:
         if room < 1:

@@ -26,7 +26,8 @@ and the operands of a kept op against their fingerprints, so that a
 recomputation that drifted is refused (a ``ReplayError`` naming the function
 or step, the position, and what was expected and found) rather than mixed
 with the kept values.  A kept array whose memory was handed to the user
-(``y.data``) and written into since is refused too (:mod:`remat.guard`).
+(``y.data``) and written into since (:mod:`remat.guard`) is not reused: its op
+runs again, as it would without a policy.
 
 A recomputation still evaluates every op that is not kept, even one whose
 result only feeds kept ones: remat runs the function eagerly and does not
@@ -42,7 +43,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from . import backend, guard
-from .tape import BackwardError, next_sequence
+from .tape import next_sequence
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -87,6 +88,26 @@ class Frame:
 
     def seen(self, op, args, out, ran):
         """After an evaluation: ``out`` is its output; ``ran``: its kernel ran."""
+
+
+class Unobserved:
+    """``with Unobserved():`` the frames of policies open around it (:class:`Saving`,
+    :class:`Reusing`) see none of the evaluations inside; counters still count them.
+
+    For the runs remat makes for itself, which a first run and its recomputation
+    do not make alike: a byte or disk budget measures a chain's steps the first
+    time and reuses the plan after, so a policy around it would find other ops at
+    its positions.
+    """
+
+    def __enter__(self):
+        frames = FRAMES.get()
+        self._token = FRAMES.set(tuple(f for f in frames if not (f.reuses or f.names)))
+        return self
+
+    def __exit__(self, *exc):
+        FRAMES.reset(self._token)
+        return False
 
 
 def within(frame, function):
@@ -318,13 +339,7 @@ class Reusing(Frame):
             )
         found, seq = self.kept.guards[position]
         if guard.changed((value,), found, seq) is not None:
-            raise BackwardError(
-                f"backward through {self.where}: the output of `{name}` at op position "
-                f"{position} (shape {value.shape}), which its policy kept for the "
-                "recomputation, was changed in place after it was made (through .data, "
-                "np.asarray(t) or a view of them), so reusing it would give wrong gradients. "
-                "Change values only after backward, or out of place."
-            )
+            return None  # written into since (y.data[...] = ...): its kernel runs again instead
         return value
 
     def seen(self, op, args, out, ran):
@@ -360,9 +375,7 @@ _BY_POSITION = (
     "A recomputation reuses the values its policy kept by position, so it must evaluate "
     "the same ops, in the same order, on the same values as the first run: make the "
     "function a pure function of its inputs (no Python-side state that changes, "
-    "rm.random rather than np.random), or use policy=None, which checks only its results. "
-    "(A function that calls rm.grad inside evaluates other ops when it is recomputed, since "
-    "its inner backward is recorded then: it cannot take a policy yet.)"
+    "rm.random rather than np.random), or use policy=None, which checks only its results."
 )
 
 

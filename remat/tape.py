@@ -193,7 +193,19 @@ class Record:
     ('sin', (2,), 16)
     """
 
-    __slots__ = ("op", "seq", "parents", "args", "ans", "kwargs", "shape", "ct", "checks")
+    __slots__ = (
+        "op",
+        "seq",
+        "parents",
+        "args",
+        "ans",
+        "kwargs",
+        "shape",
+        "ct",
+        "checks",
+        "rebound",
+    )
+    rebound: int  # set only when a non-leaf tensor it made gets a new value (Tensor.data); getattr
 
     def __init__(
         self,

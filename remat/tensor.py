@@ -121,8 +121,8 @@ class Tensor:
         if value is not old:
             guard.expose(value, next_sequence)  # the caller still holds it
             self._data = value
-            if type(self.node) is Leaf:  # a recomputation must not read it unawares
-                self.node.rebound = guard.rebound(next_sequence)
+            if type(self.node) is Leaf or isinstance(self.node, Record):  # a recomputation
+                self.node.rebound = guard.rebound(next_sequence)  # must not read it unawares
 
     def _update(self, op, other, symbol):
         """``self op= other``: a new value for this tensor; the old array is untouched,
@@ -151,8 +151,8 @@ class Tensor:
         self._data = value
         if recording:  # the tensor now stands for the recorded result
             self.node = result.node
-        elif type(self.node) is Leaf:  # a recomputation must not read it unawares
-            self.node.rebound = guard.rebound(next_sequence)
+        elif type(self.node) is Leaf or isinstance(self.node, Record):  # a recomputation must
+            self.node.rebound = guard.rebound(next_sequence)  # not read it unawares
         return self
 
     def __iadd__(self, other: TensorLike) -> Tensor:

@@ -38,10 +38,23 @@ def _sigmoid(x):
     return 0.5 * (1.0 + xp.tanh(0.5 * x))  # = 1 / (1 + exp(-x)), without overflow
 
 
+def _scratch(a):
+    """``a``, a fresh result, as an array that floating-point kernels may overwrite.
+
+    NumPy gives a scalar (which takes no ``out=``) for a 0-d result and keeps an
+    integer dtype (which ``exp`` and ``tanh`` cannot write into); the kernels
+    worked in place need neither, so those become a floating-point array, of
+    the dtype the same formula out of place would give (int64 -> float64).
+    """
+    if not (backend.is_floating(a.dtype) or backend.is_complex(a.dtype)):
+        return xp.asarray(a, dtype=xp.result_type(a.dtype, 1.0))
+    return xp.asarray(a)
+
+
 def _softmax(x, axis=-1):
     if x.shape[axis] == 0:  # over an empty axis: an empty result
         return xp.exp(x)
-    e = x - xp.max(x, axis=axis, keepdims=True)  # one array of x's size, worked in place
+    e = _scratch(x - xp.max(x, axis=axis, keepdims=True))  # one array of x's size, in place
     xp.exp(e, out=e)
     e /= xp.sum(e, axis=axis, keepdims=True)
     return e
@@ -137,7 +150,7 @@ _GELU_A = 0.044715
 
 
 def _gelu(x):
-    out = x * x  # 0.5 x (1 + tanh(c (x + a x^3))), in one array worked in place
+    out = _scratch(x * x)  # 0.5 x (1 + tanh(c (x + a x^3))), in one array worked in place
     out *= _GELU_A
     out += 1.0
     out *= x
@@ -164,12 +177,12 @@ def _gelu_slope(x):
     With t = tanh(c (x + a x^3)) and s = 0.5 x c (1 + 3 a x^2) the slope
     0.5 (1 + t) + s (1 - t^2) is (1 + t) (0.5 + s (1 - t)).
     """
-    s = x * x
+    s = _scratch(x * x)
     s *= 3.0 * _GELU_A
     s += 1.0
     s *= 0.5 * _GELU_C
     s *= x  # s = 0.5 x c (1 + 3 a x^2)
-    t = x * x
+    t = _scratch(x * x)
     t *= _GELU_A
     t += 1.0
     t *= x
@@ -237,7 +250,7 @@ def _normalized_in_place(x, axes, eps):
     """:func:`_normalized` on an array, in one new array of x's size (and the small rstd)."""
     n = _count(x, axes)
     xhat = x - xp.sum(x, axis=axes, keepdims=True) / n
-    rstd = xp.sum(xhat * xhat, axis=axes, keepdims=True)
+    rstd = _scratch(xp.sum(xhat * xhat, axis=axes, keepdims=True))
     rstd /= n
     rstd += eps
     xp.sqrt(rstd, out=rstd)

@@ -148,6 +148,8 @@ class Optimal:
             isinstance(blocks, bool) or not isinstance(blocks, Integral) or blocks < 1
         ):
             raise ValueError(f"Optimal: blocks must be None or an integer >= 1, got {blocks!r}")
+        if blocks is not None:
+            blocks = int(blocks)  # a NumPy integer too: the plans tell positions by type int
         if blocks is not None and blocks >= costs.steps:
             blocks = None  # one step a block: the exact programme
         self.blocks: int | None = blocks
