@@ -307,10 +307,7 @@ def _checkpoint_backward(record, g, sweep):
         raise BackwardError(
             f"{call.name} raised {type(error).__name__} while being recomputed in backward: {error}"
         ) from error
-    grads = reverse_step(sweep, step_tape, g.parts)
-    for node, gi in zip(nodes, grads):
-        if node and gi is not None:
-            sweep.add(node, gi)
+    reverse_step(sweep, step_tape, g.parts, hand_on=nodes)
 
 
 def _checkpoint_tangent(record, tangents):

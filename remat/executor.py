@@ -386,9 +386,10 @@ class StepSweep(Sweep):
 
     RECORD = StepRecord
 
-    def __init__(self, outer, step_tape, create_graph=False):
+    def __init__(self, outer, step_tape, create_graph=False, hand_on=None):
         super().__init__(outer.ns, create_graph=create_graph)
         self.outer = outer
+        self.hand_on = hand_on  # per input, the outer node its cotangents go to as they come
         self.floor, self.stop = step_tape.floor, step_tape.stop
         if create_graph:  # what the recorded backward splices in (rm.checkpoint's) is the step's
             self.stop = float("inf")
@@ -405,6 +406,9 @@ class StepSweep(Sweep):
         k = self.input_ids.get(id(node))
         if k is None:
             self.outer.add(node, g)
+        elif self.hand_on is not None:  # each term to the outer sum, in the unchecked order
+            if self.hand_on[k]:
+                self.outer.add(self.hand_on[k], g)
         elif self.input_grads[k] is None:
             self.input_grads[k] = g
         else:
@@ -561,10 +565,13 @@ def saved_by(records, floor, inputs):
     return saved
 
 
-def reverse_step(outer, step_tape, cotangents):
+def reverse_step(outer, step_tape, cotangents, hand_on=None):
     """Backpropagate ``cotangents`` of a step tape's outputs; the inputs' cotangents
-    (None where none arrived)."""
-    sweep = StepSweep(outer, step_tape)
+    (None where none arrived).  With ``hand_on`` (the outer nodes of the inputs, for
+    rm.checkpoint), each term of an input's cotangent goes to its outer node as it
+    comes instead, so that the outer sum adds them in the order it would without
+    checkpointing (a sum made first would round differently)."""
+    sweep = StepSweep(outer, step_tape, hand_on=hand_on)
     for t, g in zip(step_tape.outputs, cotangents):
         if t.node and g is not None:
             sweep.add(t.node, g)

@@ -61,9 +61,8 @@ def test_layer_norm_over_no_axes_of_a_0d_tensor():
 # accumulator in its own order: (a + b) + c against (a + c) + b. Should: the same sums in the
 # same order, or the docs say "to rounding where an input is used outside the block".
 # Severity: silent (1-ulp) departure from the documented bit-for-bit contract; not a wrong
-# gradient. Open: a fix splices the recomputed graph's cotangents into the outer
-# accumulators, more than ten minutes.
-@pytest.mark.xfail(strict=True, reason="open: checkpoint's summed cotangent reorders the sum")
+# gradient. Fixed: the recomputation's sweep hands each term of an input's cotangent to the
+# outer node as it comes (reverse_step's hand_on), so the outer sum adds them in order.
 def test_checkpoint_input_used_outside_the_block_is_bit_for_bit():
     def grads(checkpointed):
         w = rm.tensor(W0, requires_grad=True)
@@ -227,3 +226,28 @@ def test_a_policy_checkpoint_around_a_measured_chain(budget):
     got = rm.grad(f_of(budget, rm.policies.save_everything), argnums=(0, 1))(X0, W0)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("order", ["outside first", "outside last", "both", "nested"])
+def test_checkpoint_inputs_shared_with_the_outside_keep_the_sum_order(order):
+    """The fix above, on more shapes of program: two inputs, uses before and after the
+    block, a checkpoint inside a checkpoint; bit for bit the unchecked gradients."""
+
+    def grads(wrap):
+        w = rm.tensor(W0, requires_grad=True)
+        x = rm.tensor(X0, requires_grad=True)
+        h, k = x * 1.0, rm.sin(x)
+
+        def block(a, b):
+            return a * b + rm.tanh(a @ w) + a
+
+        inner = wrap(block)
+        f = wrap(lambda a, b: inner(a, b) * a) if order == "nested" else inner
+        before = (h * 3.0).sum() if order in ("outside first", "both") else 0.0
+        out = (f(h, k) ** 2).sum() + before
+        after = (h * k).sum() if order in ("outside last", "both", "nested") else 0.0
+        (out + after).backward()
+        return x.grad, w.grad
+
+    for got, want in zip(grads(rm.checkpoint), grads(lambda f: f)):
+        np.testing.assert_array_equal(got, want)
