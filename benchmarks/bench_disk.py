@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 import remat as rm
-from benchmarks.common import environment, skip, table
+from benchmarks.common import environment, peer_counts, skip, table
 from remat import memory
 from remat.schedules import DISK, DiskRevolve, TwoLevel, simulate
 
@@ -135,25 +135,6 @@ def pde_rows(grid, steps, slots, disk_slots, repeats, folder):
             )
         )
     return rows, times
-
-
-def peer_counts(schedule, n, wd, rd):
-    """(advances, disk writes, disk reads, cost) of a checkpoint_schedules schedule."""
-    from checkpoint_schedules import StorageType
-
-    advances = writes = reads = 0
-    for action in schedule:
-        kind = type(action).__name__
-        if kind == "Forward":
-            advances += action.n1 - action.n0
-            writes += action.write_ics and action.storage == StorageType.DISK
-        elif kind in ("Copy", "Move"):
-            reads += action.from_storage == StorageType.DISK
-            writes += action.to_storage == StorageType.DISK
-        elif kind == "EndReverse":
-            break
-    advances -= n  # its n taped steps are not extra
-    return advances, writes, reads, advances + wd * writes + rd * reads
 
 
 def peer_rows(cases, wd=2, rd=2):

@@ -29,7 +29,7 @@ the largest size run.
 Peers: pip install checkpoint-schedules pyrevolve
 """
 
-from benchmarks.common import environment, skip, table  # noqa: I001
+from benchmarks.common import environment, peer_counts, skip, table  # noqa: I001
 
 import argparse
 import random
@@ -61,24 +61,6 @@ DISK_CASES = (  # (class, arguments after steps)
 )
 
 
-def peer_disk_cost(schedule, n, wd, rd):
-    """advances + wd * disk writes + rd * disk reads of a checkpoint_schedules schedule."""
-    from checkpoint_schedules import StorageType
-
-    advances = writes = reads = 0
-    for action in schedule:
-        kind = type(action).__name__
-        if kind == "Forward":
-            advances += action.n1 - action.n0
-            writes += action.write_ics and action.storage == StorageType.DISK
-        elif kind in ("Copy", "Move"):
-            reads += action.from_storage == StorageType.DISK
-            writes += action.to_storage == StorageType.DISK
-        elif kind == "EndReverse":
-            break
-    return advances - n + wd * writes + rd * reads  # its n taped steps are not extra
-
-
 def disk_peer_rows(sizes):
     """Costs and seconds (plan + iterate) against checkpoint_schedules, or why not."""
     try:
@@ -106,7 +88,7 @@ def disk_peer_rows(sizes):
                     theirs = peer.DiskRevolve(n, ram, uf=1, ub=1, wd=wd, rd=rd)
                 else:
                     theirs = peer.HRevolve(n, ram, disk, uf=1, ub=1, wd=wd, rd=rd)
-                cost = f"{peer_disk_cost(theirs, n, wd, rd):.12g}"
+                cost = f"{peer_counts(theirs, n, wd, rd)[3]:.12g}"
             except Exception as error:  # its planner recurses once per disk segment
                 cost = f"failed ({type(error).__name__})"
             theirs_s = time.perf_counter() - start

@@ -113,3 +113,22 @@ def table(headers, rows):
 
 def skip(name, reason):
     print(f"  (skipped {name}: {reason})")
+
+
+def peer_counts(schedule, n, wd, rd):
+    """(advances, disk writes, disk reads, cost) of a checkpoint_schedules schedule."""
+    from checkpoint_schedules import StorageType
+
+    advances = writes = reads = 0
+    for action in schedule:
+        kind = type(action).__name__
+        if kind == "Forward":
+            advances += action.n1 - action.n0
+            writes += action.write_ics and action.storage == StorageType.DISK
+        elif kind in ("Copy", "Move"):
+            reads += action.from_storage == StorageType.DISK
+            writes += action.to_storage == StorageType.DISK
+        elif kind == "EndReverse":
+            break
+    advances -= n  # its n taped steps are not extra
+    return advances, writes, reads, advances + wd * writes + rd * reads
