@@ -227,7 +227,7 @@ def replay_fingerprint(array: Any, start: int = 0, full: bool = False) -> int:
 
     Unless ``full``, an array of more than 2 * :data:`REPLAY_SAMPLE` elements is
     read at about that many elements, evenly spaced with a prime stride, so
-    that the check costs the same for any state size (about 1.7 us a call
+    that the check costs the same for any state size (about 1.7-2.3 us a call
     inside a running loop, measured; 0.5 us in a tight loop of its own).  A
     recomputation gone wrong (Python-side state, another random stream) usually
     changes many elements; a change confined to one column of a state with rows

@@ -761,7 +761,7 @@ class ChainRun:
         self.inverted = None  # the position reached by the last Invert, until it moves
         self.tapes = {}  # step index -> StepTape
         self.reached = 0  # how many steps have been evaluated at least once
-        self.forward = Forward()  # replaced when the forward sweep starts
+        self.forward = Forward()  # the forward sweep starts now (run_forward, or a measuring run)
         self.first = array("L")  # step i -> fingerprint of its outputs the first time it ran
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
@@ -1168,10 +1168,9 @@ class ChainRun:
         """Carry out the schedule up to EndForward; return x_n's arrays and the ys.
 
         A run ``again`` (see :meth:`again`) gathers no ys, and its recomputed
-        steps are checked against the values of the first run's forward sweep."""
+        steps are checked against the values of the first run's forward sweep
+        (its ``forward``, copied from the first run's)."""
         start = time.perf_counter()
-        if not again:
-            self.forward = Forward()
         for action in self.actions:
             if type(action) is schedules.EndForward:
                 break
