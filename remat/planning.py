@@ -30,7 +30,30 @@ advance, ``F(a, a+i) + D(a, a+i, k' + s[a])``, are ``shifted[a+i, a, k']``,
 and the right parts ``D(a+i, a+L, k')`` are ``ends[a+L, a+i, k']``: both are
 linear in ``(a, i, k')``, hence strided views.  The best split at ``k'`` is
 then moved up to level ``k' + s[a]``.  The two tables take
-``2 (n+1)^2 (K+1)`` floats (``K`` the budget in units).
+``2 (n+1)^2 (K+1)`` floats (``K`` the budget in units).  ``R`` and ``F``
+are summed left to right, segment by segment (``R(a, b) = R(a, b-1) +
+r[b-1]``), not as differences of prefix sums, so that two segments with the
+same steps get the same sums to the last bit wherever they lie.
+
+Sharing rows: exact, and what it costs.  ``D(a, b, .)`` depends on nothing
+but the segment's steps, in order: each step's ``(f, r, s, t)`` (``s`` the
+size of its input state; ``x_b``'s is never read).  Real chains repeat a few
+kinds of layers, so many segments are alike step for step and must have
+equal rows.  :class:`SegmentClasses` numbers the distinct segments (classes
+of length ``L`` from those of length ``L - 1`` and the next step's kind, one
+``np.unique`` a length), and the table then holds one row per class: each
+class is computed once, from its first occurrence, its left and right parts
+gathered by their classes' rows.  Every sum and minimum is the same
+floating-point operation, in the same order, as in the table of a row a
+segment, so the values and the choices are identical bit for bit
+(``tests/test_planning_shared.py`` checks it against that table and against
+a plain recursion).  Work: ``sum over classes of (length - 1)`` splits, times
+the levels searched, instead of ``n^3 / 6``: ``p n^2 / 2`` for a chain of
+period ``p``; memory: two rows of ``K + 1`` floats per class.  Gathering
+costs about three times a strided view per cell, so the table shares rows
+only where that cuts the split search :data:`SHARE_GAIN` times or more (and
+for chains of :data:`_SHARE_FROM` steps or more); a chain whose steps all
+differ (measured times always differ a little) gains nothing.
 """
 
 from __future__ import annotations
@@ -41,10 +64,6 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 _INF = np.inf
-
-
-def _prefix(values: Sequence[float]) -> np.ndarray:
-    return np.concatenate(([0.0], np.cumsum(np.asarray(values, dtype=np.float64))))
 
 
 def _shift_up(rows: np.ndarray, shifts: np.ndarray) -> np.ndarray:
@@ -77,20 +96,73 @@ def _diagonal(
     )
 
 
+def _bits(values: Sequence[float]) -> np.ndarray:
+    """Float64 values as their bit patterns: equal patterns, equal arithmetic."""
+    return np.asarray(values, dtype=np.float64).view(np.int64)
+
+
+def _kinds(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """For each step, the number of its kind: steps alike in every column share it."""
+    rows = np.column_stack([np.asarray(c).reshape(len(columns[0]), -1) for c in columns])
+    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+class SegmentClasses:
+    """Segments ``[a, b)`` grouped by the sequence of their steps' kinds.
+
+    ``kinds[i]`` numbers step ``i``'s kind.  Two segments are in one class when
+    their kinds agree step for step.  The classes of length ``L`` come from
+    those of length ``L - 1`` and the kind of the next step: the pairs
+    ``(class of [a, a+L-1), kind of step a+L-1)`` are numbered with one
+    ``np.unique`` over every start, so building them is ``n`` sorts of at
+    most ``n`` integers.  Classes are numbered by length, then by first start:
+    ``first[L]`` is the number of the first class of length ``L``,
+    ``starts[L]`` the first start of each (its representative), and
+    ``of[b, a]`` the class of ``[a, b)`` (for ``a < b``).
+    """
+
+    def __init__(self, kinds: np.ndarray) -> None:
+        n = len(kinds)
+        self.n = n
+        self.of = of = np.zeros((n + 1, n + 1), dtype=np.int64)
+        self.first, self.starts = [0, 0], [np.zeros(0, dtype=np.int64)]
+        kinds = np.asarray(kinds, dtype=np.int64)
+        spread = int(kinds.max()) + 1 if n else 1
+        local = np.zeros(n + 1, dtype=np.int64)  # local[a]: class of [a, a+L-1) in its length
+        for length in range(1, n + 1):
+            count = n - length + 1
+            keys = local[:count] * spread + kinds[length - 1 :]
+            _, starts, local = np.unique(keys, return_index=True, return_inverse=True)
+            local = local.reshape(-1)
+            of[np.arange(length, n + 1), np.arange(count)] = self.first[length] + local
+            self.starts.append(starts)
+            self.first.append(self.first[length] + len(starts))
+        self.count = self.first[-1]
+
+    def split_work(self) -> int:
+        """Cells of the split search per level: every class times its splits."""
+        return sum(len(s) * (length - 1) for length, s in enumerate(self.starts))
+
+
 class SplitTable:
     """``D(a, b, k)`` for every segment of a chain and every level ``0 .. budget``.
 
     ``state_units`` (``n + 1`` ints), ``tape_units`` (``n`` ints) and
     ``budget`` are sizes in memory units; ``forward`` and ``reverse`` the
-    steps' times.  ``value(a, b, k)`` reads the table; ``choose(a, b, k)`` is
-    the first move of a best plan (``a``: tape step ``a``; ``j``: store
-    ``x_a`` and advance to ``x_j``), found by redoing that cell's sums in the
-    same order, so that it matches the table exactly.
+    steps' times.  ``value(a, b, k)`` reads the table and ``row(a, b)`` gives
+    every level of one segment; ``choose(a, b, k)`` is the first move of a
+    best plan (``a``: tape step ``a``; ``j``: store ``x_a`` and advance to
+    ``x_j``), found by redoing that cell's sums in the same order, so that it
+    matches the table exactly.
 
     ``leaves`` (an ``(n, budget + 1)`` array), if given, is ``D(a, a+1, .)``
     for every step: a "step" is then a block of steps with a plan of its own
     (:class:`remat.schedules.Optimal` with ``blocks=``), and one-step segments
     are never chosen in (their plan is the block's).
+
+    ``share``: whether segments alike step for step share one row (see the
+    module docstring); ``None`` decides by the work it saves, :data:`SHARE_GAIN`.
+    ``shared`` says which was done and ``rows`` how many rows each table has.
     """
 
     def __init__(
@@ -101,6 +173,7 @@ class SplitTable:
         forward: Sequence[float],
         reverse: Sequence[float],
         leaves: Sequence[np.ndarray] | None = None,
+        share: bool | None = None,
     ) -> None:
         n = len(tape_units)
         K1 = int(budget) + 1
@@ -108,53 +181,139 @@ class SplitTable:
         self.su = su = np.asarray(state_units, dtype=np.int64)
         self.tu = tu = np.asarray(tape_units, dtype=np.int64)
         self.r = r = np.asarray(reverse, dtype=np.float64)
-        self.fp = fp = _prefix(forward)
-        rp, tp = _prefix(reverse), np.concatenate(([0], np.cumsum(tu)))
-        self.tp = tp
-        # only cells of segments already done are read (a < b, shorter first): no fill
-        ends = np.empty((n + 1, n + 1, K1))
-        shifted = np.empty((n + 1, n + 1, K1))
+        f = np.asarray(forward, dtype=np.float64)
+        self.tp = tp = np.concatenate(([0], np.cumsum(tu)))
+        self.classes = classes = _classes(su, tu, f, r, leaves, share)
+        self.shared = classes is not None
+        self.rows = rows = classes.count if classes is not None else (n + 1) ** 2
+        # row ids(b, a) holds [a, b); only rows of segments already done are read: no fill
+        self._ends = ends = np.empty((rows, K1))  # D(a, b, .)
+        self._shifted = shifted = np.empty((rows, K1))  # F(a, b) + D(a, b, . + s[a])
+        ends3 = shifted3 = None
+        if classes is None:
+            ends3, shifted3 = ends.reshape(n + 1, n + 1, K1), shifted.reshape(n + 1, n + 1, K1)
+        ids = self._ids
+        # R(a, b) and F(a, b), summed left to right, so that alike segments get equal sums
+        reverse_sum, forward_sum = np.empty(rows), np.empty(rows)
         levels = np.arange(K1)
         for length in range(1, n + 1):
             count = n - length + 1
-            starts = np.arange(count)
-            store_all = (rp[starts + length] - rp[starts])[:, None]
+            starts = np.arange(count) if classes is None else classes.starts[length]
+            count, last = len(starts), starts + length - 1
+            rows_now = ids(starts + length, starts)
+            if length == 1:
+                reverse_sum[rows_now], forward_sum[rows_now] = r[starts], f[starts]
+            else:
+                before = ids(last, starts)
+                reverse_sum[rows_now] = reverse_sum[before] + r[last]
+                forward_sum[rows_now] = forward_sum[before] + f[last]
+            store_all = reverse_sum[rows_now][:, None]
             fits_all = levels[None, :] >= (tp[starts + length] - tp[starts])[:, None]
             if length == 1:
-                best = np.where(fits_all, store_all, _INF) if leaves is None else np.array(leaves)
+                if leaves is None:
+                    best = np.where(fits_all, store_all, _INF)
+                else:
+                    best = np.asarray(leaves, dtype=np.float64)[starts]
             else:
-                after_tape = ends[starts + length, starts + 1]  # D(a+1, b, .), (count, K1)
-                best = r[:count, None] + _shift_up(after_tape, tu[:count])
+                after_tape = ends[ids(starts + length, starts + 1)]  # D(a+1, b, .), (count, K1)
+                best = r[starts, None] + _shift_up(after_tape, tu[starts])
                 # levels k' + s_a >= T(a, b) store all: splits are tried below them only
-                top = int(min(K1, max(0, (tp[starts + length] - tp[starts] - su[:count]).max())))
-                left = _diagonal(shifted, (1, 0), count, length - 1, 0)  # F + D(a, a+i, k'+s_a)
-                right = _diagonal(ends, (length, 1), count, length - 1, 1)  # D(a+i, b, k')
-                split = np.add(left[:, :, :top], right[:, :, :top])
+                reach = tp[starts + length] - tp[starts] - su[starts]
+                top = int(min(K1, max(0, reach.max())))
                 lowest = np.full((count, K1), _INF)
-                lowest[:, :top] = split.min(axis=1)
-                best = np.minimum(best, _shift_up(lowest, su[:count]))
+                if classes is None:
+                    left = _diagonal(shifted3, (1, 0), count, length - 1, 0)  # F + D(a, a+i, .)
+                    right = _diagonal(ends3, (length, 1), count, length - 1, 1)  # D(a+i, b, .)
+                    split = np.add(left[:, :, :top], right[:, :, :top])
+                    lowest[:, :top] = split.min(axis=1)
+                elif top:
+                    self._shared_splits(starts, length, top, lowest)
+                best = np.minimum(best, _shift_up(lowest, su[starts]))
                 best = np.where(fits_all, store_all, best)
-            ends[starts + length, starts] = best
+            ends[rows_now] = best
             # what a longer segment that stores x_a and advances to x_{a+L} pays on the left
-            advance = (fp[starts + length] - fp[:count])[:, None]
-            shifted[starts + length, starts] = _shift_down(best, su[:count]) + advance
-        self.ends, self.shifted = ends, shifted
-        self.feasible = bool(ends[n, 0, self.budget] < _INF)
+            shifted[rows_now] = _shift_down(best, su[starts]) + forward_sum[rows_now][:, None]
+        self.feasible = bool(ends[ids(n, 0), self.budget] < _INF) if n else True
+
+    def _ids(self, b: np.ndarray | int, a: np.ndarray | int) -> np.ndarray:
+        """The rows of the segments ``[a, b)``."""
+        if self.classes is None:
+            return np.asarray(b) * (self.n + 1) + a
+        return self.classes.of[b, a]
+
+    def _shared_splits(self, starts: np.ndarray, length: int, top: int, lowest: np.ndarray) -> None:
+        """``lowest[c, k'] = min over i of F + D(a, a+i, k' + s_a) + D(a+i, a+L, k')`` for
+        each class's representative ``a``, levels below ``top``: the parts are gathered
+        by their classes' rows, a few classes at a time (at most _CHUNK floats)."""
+        splits = np.arange(1, length)
+        per_class = max(1, _CHUNK // ((length - 1) * top))
+        of = self.classes.of
+        for first in range(0, len(starts), per_class):
+            a = starts[first : first + per_class, None]
+            part = self._shifted[of[a + splits, a], :top]  # F + D(a, a+i, k' + s_a)
+            part += self._ends[of[a + length, a + splits], :top]  # D(a+i, a+L, k')
+            lowest[first : first + per_class, :top] = part.min(axis=1)
 
     def value(self, a: int, b: int, k: int) -> float:
-        return float(self.ends[b, a, k])
+        return float(self._ends[self._ids(b, a), k])
+
+    def row(self, a: int, b: int) -> np.ndarray:
+        """``D(a, b, k)`` for every level ``k`` (a view into the table)."""
+        return self._ends[self._ids(b, a)]
 
     def choose(self, a: int, b: int, k: int) -> int:
         """The first move of a best plan for ``[a, b)`` at level ``k`` (``b - a >= 2``)."""
         if k >= self.tp[b] - self.tp[a]:
             return a  # every tape fits: store all
-        target = self.ends[b, a, k]
+        ends, ids = self._ends, self._ids
+        target = ends[ids(b, a), k]
         ta, sa = int(self.tu[a]), int(self.su[a])
-        if k >= ta and self.r[a] + self.ends[b, a + 1, k - ta] == target:
+        if k >= ta and self.r[a] + ends[ids(b, a + 1), k - ta] == target:
             return a
         kk = k - sa
-        split = np.add(self.shifted[a + 1 : b, a, kk], self.ends[b, a + 1 : b, kk])
+        middle = np.arange(a + 1, b)
+        split = np.add(self._shifted[ids(middle, a), kk], ends[ids(b, middle), kk])
         return a + 1 + int(np.flatnonzero(split == target)[0])
+
+
+SHARE_GAIN = 4  # share rows when that cuts the split search at least this many times
+_SHARE_FROM = 32  # ... and the chain has at least this many steps (below, it is quick anyway)
+_CHUNK = 1 << 18  # floats gathered at once by the shared split search (2 MiB)
+
+
+def table_rows(
+    state_sizes: Sequence[float],
+    tape_sizes: Sequence[float],
+    forward: Sequence[float],
+    reverse: Sequence[float],
+) -> int:
+    """The rows of each of a SplitTable's two tables for this chain, sharing decided as
+    the table decides it; sizes in bytes bound what any rounding to units gives (steps
+    alike in bytes are alike in units)."""
+    classes = _classes(state_sizes, tape_sizes, forward, reverse, None, None)
+    return (len(tape_sizes) + 1) ** 2 if classes is None else classes.count
+
+
+def _classes(
+    su: Sequence[float],
+    tu: Sequence[float],
+    f: Sequence[float],
+    r: Sequence[float],
+    leaves: Sequence[np.ndarray] | None,
+    share: bool | None,
+) -> SegmentClasses | None:
+    """The segment classes a SplitTable shares rows by, or None for a row a segment."""
+    n = len(tu)
+    if share is False or not n or (share is None and n < _SHARE_FROM):
+        return None
+    columns = [_bits(f), _bits(r), _bits(su[:n]), _bits(tu)]
+    if leaves is not None:
+        columns.append(_bits(np.asarray(leaves, dtype=np.float64)))
+    classes = SegmentClasses(_kinds(columns))
+    unshared = (n - 1) * n * (n + 1) // 6  # sum over lengths of starts times splits
+    if share is None and classes.split_work() * SHARE_GAIN > unshared:
+        return None
+    return classes
 
 
 class LengthTable:

@@ -98,7 +98,7 @@ from math import ceil, gcd
 from numbers import Integral, Real
 from typing import Any, TypeVar
 
-from ..planning import LengthTable, SplitTable, least_peaks
+from ..planning import LengthTable, SplitTable, least_peaks, table_rows
 from .actions import Action, Free, Snapshot
 from .costs import ChainCosts
 from .simulate import simulate
@@ -111,9 +111,9 @@ _TABLE_FLOATS = 1 << 25  # ... but a heterogeneous table grows no larger than th
 _EXACT_FLOATS = 1 << 27  # the largest tables planned at all (1 GiB): beyond, blocks= is needed
 
 
-def _table_levels(items: int) -> int:
-    """The most levels whose two tables over ``items`` steps stay within _TABLE_FLOATS."""
-    return max(1, min(_MAX_LEVELS, _TABLE_FLOATS // (2 * (items + 1) ** 2) - 1))
+def _table_levels(rows: int) -> int:
+    """The most levels whose two tables of ``rows`` rows stay within _TABLE_FLOATS."""
+    return max(1, min(_MAX_LEVELS, _TABLE_FLOATS // (2 * rows) - 1))
 
 
 class Optimal:
@@ -181,12 +181,15 @@ class Optimal:
                 def kind(costs: ChainCosts, memory: float, levels: int) -> _BlockPlan:
                     return _BlockPlan(costs, memory, levels, starts)
 
-                limit = max(levels, _table_levels(blocks))
+                limit = max(levels, _table_levels((blocks + 1) ** 2))
             elif _uniform(costs):
                 kind, limit = _UniformPlan, max(levels, _MAX_LEVELS)
             else:
-                kind, limit = _Plan, max(levels, _table_levels(costs.steps))
-                floats = 2 * (costs.steps + 1) ** 2 * (levels + 1)
+                rows = table_rows(
+                    costs.state_bytes, costs.tape_bytes, costs.forward_time, costs.reverse_time
+                )
+                kind, limit = _Plan, max(levels, _table_levels(rows))
+                floats = 2 * rows * (levels + 1)
                 if floats > _EXACT_FLOATS:
                     raise ValueError(
                         f"Optimal: the exact tables for {costs.steps} heterogeneous steps at "
@@ -416,7 +419,7 @@ class _BlockPlan:
             budget,
             _sums(f, starts),
             _sums(r, starts),
-            leaves=[table.ends[table.n, 0] for table in inner],
+            leaves=[table.row(0, table.n) for table in inner],
         )
         self.feasible = self.outer.feasible
 
