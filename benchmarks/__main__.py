@@ -33,6 +33,7 @@ MODULES = {
     "overheads": "benchmarks.bench_overheads",
     "disk": "benchmarks.bench_disk",
     "transformer": "benchmarks.bench_transformer",
+    "planning": "benchmarks.bench_planning",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEHIND = "## Where remat is behind"

@@ -139,9 +139,60 @@ class SegmentClasses:
             self.first.append(self.first[length] + len(starts))
         self.count = self.first[-1]
 
+    def rows_held(self) -> int:
+        """Rows a table sharing by these classes holds: one per class, and the stacks of
+        the longest classes (:class:`_Stacks`), ``n`` rows each at most."""
+        return self.count + max(len(s) for s in self.starts) * self.n
+
     def split_work(self) -> int:
         """Cells of the split search per level: every class times its splits."""
         return sum(len(s) * (length - 1) for length, s in enumerate(self.starts))
+
+
+class _Stacks:
+    """For each class of the current length, the rows of its prefixes (or of its
+    suffixes), shortest first, in a slot of its own: ``rows[slot[c], j - 1]`` is the
+    row of class ``c``'s prefix of length ``j`` (``finite`` its first finite level).
+
+    A class of length ``L + 1`` extends one of length ``L`` (its prefix, or its suffix):
+    the first class to extend it takes its slot over, adding a row, and any other
+    gets a copy.  In a chain of period ``p`` each class has one extension, so the
+    stacks grow in place; a stack is read as a view, where gathering the same rows
+    from the table by their classes' numbers would copy them.
+    """
+
+    def __init__(self, slots: int, n: int, width: int) -> None:
+        self.rows = np.empty((slots, n, width))
+        self.finite = np.empty((slots, n), dtype=np.int64)
+        self.slot = np.zeros(0, dtype=np.int64)
+        self.free = list(range(slots - 1, -1, -1))
+
+    def extend(self, parents: np.ndarray, length: int) -> None:
+        """Slots for the classes of ``length``, given each one's parent (its prefix or
+        suffix, numbered within length ``length - 1``)."""
+        if length == 1:
+            self.slot = np.array([self.free.pop() for _ in parents], dtype=np.int64)
+            return
+        old = self.slot
+        kept, first = np.unique(parents, return_index=True)
+        unused = np.ones(len(old), dtype=bool)
+        unused[kept] = False
+        self.free.extend(old[unused].tolist())  # parents no class extends
+        slot = np.empty(len(parents), dtype=np.int64)
+        slot[first] = old[parents[first]]
+        copies = np.ones(len(parents), dtype=bool)
+        copies[first] = False
+        for c in np.flatnonzero(copies):
+            slot[c] = fresh = self.free.pop()
+            source = old[parents[c]]
+            self.rows[fresh, : length - 1] = self.rows[source, : length - 1]
+            self.finite[fresh, : length - 1] = self.finite[source, : length - 1]
+        self.slot = slot
+
+    def push(self, length: int, rows: np.ndarray, finite: np.ndarray) -> None:
+        """Add the rows of the classes of ``length`` themselves, now computed."""
+        self.rows[self.slot, length - 1] = rows
+        self.finite[self.slot, length - 1] = finite
 
 
 class SplitTable:
@@ -162,7 +213,7 @@ class SplitTable:
 
     ``share``: whether segments alike step for step share one row (see the
     module docstring); ``None`` decides by the work it saves, :data:`SHARE_GAIN`.
-    ``shared`` says which was done and ``rows`` how many rows each table has.
+    ``shared`` says which was done.
     """
 
     def __init__(
@@ -185,7 +236,7 @@ class SplitTable:
         self.tp = tp = np.concatenate(([0], np.cumsum(tu)))
         self.classes = classes = _classes(su, tu, f, r, leaves, share)
         self.shared = classes is not None
-        self.rows = rows = classes.count if classes is not None else (n + 1) ** 2
+        rows = classes.count if classes is not None else (n + 1) ** 2
         # row ids(b, a) holds [a, b); only rows of segments already done are read: no fill
         self._ends = ends = np.empty((rows, K1))  # D(a, b, .)
         self._shifted = shifted = np.empty((rows, K1))  # F(a, b) + D(a, b, . + s[a])
@@ -193,14 +244,25 @@ class SplitTable:
         if classes is None:
             ends3, shifted3 = ends.reshape(n + 1, n + 1, K1), shifted.reshape(n + 1, n + 1, K1)
         ids = self._ids
+        if classes is not None:
+            slots = max(len(s) for s in classes.starts)
+            self._prefixes, self._suffixes = _Stacks(slots, n, K1), _Stacks(slots, n, K1)
+            self._scratch = np.empty((n, K1))
         # R(a, b) and F(a, b), summed left to right, so that alike segments get equal sums
         reverse_sum, forward_sum = np.empty(rows), np.empty(rows)
+        # the first finite level of each row (K + 1 if none): below, a split's cell is +inf
+        self._finite_e = finite_e = np.empty((rows, 1), dtype=np.int64)
+        self._finite_s = finite_s = np.empty((rows, 1), dtype=np.int64)
         levels = np.arange(K1)
         for length in range(1, n + 1):
             count = n - length + 1
             starts = np.arange(count) if classes is None else classes.starts[length]
             count, last = len(starts), starts + length - 1
             rows_now = ids(starts + length, starts)
+            if classes is not None:  # each class's stacks: its prefixes', its suffixes' rows
+                below = classes.first[length - 1]
+                self._prefixes.extend(classes.of[starts + length - 1, starts] - below, length)
+                self._suffixes.extend(classes.of[starts + length, starts + 1] - below, length)
             if length == 1:
                 reverse_sum[rows_now], forward_sum[rows_now] = r[starts], f[starts]
             else:
@@ -224,15 +286,30 @@ class SplitTable:
                 if classes is None:
                     left = _diagonal(shifted3, (1, 0), count, length - 1, 0)  # F + D(a, a+i, .)
                     right = _diagonal(ends3, (length, 1), count, length - 1, 1)  # D(a+i, b, .)
-                    split = np.add(left[:, :, :top], right[:, :, :top])
-                    lowest[:, :top] = split.min(axis=1)
+                    bound = np.maximum(
+                        _diagonal(finite_s.reshape(n + 1, n + 1, 1), (1, 0), count, length - 1, 0),
+                        _diagonal(
+                            finite_e.reshape(n + 1, n + 1, 1), (length, 1), count, length - 1, 1
+                        ),
+                    )
+                    lo = int(bound.min())
+                    if lo < top:
+                        split = np.add(left[:, :, lo:top], right[:, :, lo:top])
+                        lowest[:, lo:top] = split.min(axis=1)
                 elif top:
                     self._shared_splits(starts, length, top, lowest)
                 best = np.minimum(best, _shift_up(lowest, su[starts]))
                 best = np.where(fits_all, store_all, best)
             ends[rows_now] = best
             # what a longer segment that stores x_a and advances to x_{a+L} pays on the left
-            shifted[rows_now] = _shift_down(best, su[starts]) + forward_sum[rows_now][:, None]
+            shifted[rows_now] = left_part = (
+                _shift_down(best, su[starts]) + forward_sum[rows_now][:, None]
+            )
+            finite_e[rows_now, 0] = _first_finite(best)
+            finite_s[rows_now, 0] = _first_finite(left_part)
+            if classes is not None:
+                self._prefixes.push(length, left_part, finite_s[rows_now, 0])
+                self._suffixes.push(length, best, finite_e[rows_now, 0])
         self.feasible = bool(ends[ids(n, 0), self.budget] < _INF) if n else True
 
     def _ids(self, b: np.ndarray | int, a: np.ndarray | int) -> np.ndarray:
@@ -243,16 +320,24 @@ class SplitTable:
 
     def _shared_splits(self, starts: np.ndarray, length: int, top: int, lowest: np.ndarray) -> None:
         """``lowest[c, k'] = min over i of F + D(a, a+i, k' + s_a) + D(a+i, a+L, k')`` for
-        each class's representative ``a``, levels below ``top``: the parts are gathered
-        by their classes' rows, a few classes at a time (at most _CHUNK floats)."""
-        splits = np.arange(1, length)
-        per_class = max(1, _CHUNK // ((length - 1) * top))
-        of = self.classes.of
-        for first in range(0, len(starts), per_class):
-            a = starts[first : first + per_class, None]
-            part = self._shifted[of[a + splits, a], :top]  # F + D(a, a+i, k' + s_a)
-            part += self._ends[of[a + length, a + splits], :top]  # D(a+i, a+L, k')
-            lowest[first : first + per_class, :top] = part.min(axis=1)
+        each class's representative ``a``, levels below ``top``, from the class's two
+        stacks (views, no gathering): for each class, levels from where a cell can be
+        finite and the splits that can be finite below ``top`` only."""
+        prefixes, suffixes = self._prefixes, self._suffixes
+        left, right = prefixes.slot, suffixes.slot
+        # bound[c, i]: below this level the split's left or right part is +inf
+        bound = np.maximum(
+            prefixes.finite[left, : length - 1], suffixes.finite[right, length - 2 :: -1]
+        )
+        reach = bound < top
+        for c in np.flatnonzero(reach.any(axis=1)):
+            lo = int(bound[c].min())
+            usable = np.flatnonzero(reach[c])
+            i0, i1 = int(usable[0]), int(usable[-1]) + 1
+            lefts = prefixes.rows[left[c], i0:i1, lo:top]  # F + D(a, a+i, k' + s_a)
+            rights = suffixes.rows[right[c], : length - 1][::-1][i0:i1, lo:top]
+            part = np.add(lefts, rights, out=self._scratch[: i1 - i0, : top - lo])
+            np.min(part, axis=0, out=lowest[c, lo:top])
 
     def value(self, a: int, b: int, k: int) -> float:
         return float(self._ends[self._ids(b, a), k])
@@ -278,7 +363,12 @@ class SplitTable:
 
 SHARE_GAIN = 4  # share rows when that cuts the split search at least this many times
 _SHARE_FROM = 32  # ... and the chain has at least this many steps (below, it is quick anyway)
-_CHUNK = 1 << 18  # floats gathered at once by the shared split search (2 MiB)
+
+
+def _first_finite(rows: np.ndarray) -> np.ndarray:
+    """Each row's first finite level (its width if none)."""
+    finite = np.isfinite(rows)
+    return np.where(finite.any(axis=1), finite.argmax(axis=1), rows.shape[1])
 
 
 def table_rows(
@@ -291,7 +381,7 @@ def table_rows(
     the table decides it; sizes in bytes bound what any rounding to units gives (steps
     alike in bytes are alike in units)."""
     classes = _classes(state_sizes, tape_sizes, forward, reverse, None, None)
-    return (len(tape_sizes) + 1) ** 2 if classes is None else classes.count
+    return (len(tape_sizes) + 1) ** 2 if classes is None else classes.rows_held()
 
 
 def _classes(
@@ -311,7 +401,9 @@ def _classes(
         columns.append(_bits(np.asarray(leaves, dtype=np.float64)))
     classes = SegmentClasses(_kinds(columns))
     unshared = (n - 1) * n * (n + 1) // 6  # sum over lengths of starts times splits
-    if share is None and classes.split_work() * SHARE_GAIN > unshared:
+    if share is None and (
+        classes.split_work() * SHARE_GAIN > unshared or 2 * classes.rows_held() > (n + 1) ** 2
+    ):
         return None
     return classes
 

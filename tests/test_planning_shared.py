@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat import planning
 from remat.planning import SegmentClasses, SplitTable, table_rows
 from remat.schedules import ChainCosts, Optimal, block_starts, minimum_bytes, optimal, simulate
 
@@ -37,7 +36,6 @@ def kinds_chain(rng, n, kinds, periodic):
 
 def reference(s, t, budget, f, r):
     """``D(a, b, k)`` by the recursion itself, summing as the tables do (left to right)."""
-    n = len(t)
     inf = float("inf")
 
     def total(values, a, b):
@@ -88,7 +86,7 @@ def test_shared_rows_give_the_same_table_and_choices_bit_for_bit(seed, n, kinds,
     shared = SplitTable(s, t, budget, f, r, share=True)
     plain = SplitTable(s, t, budget, f, r, share=False)
     assert shared.shared and not plain.shared
-    assert shared.rows <= n * (n + 1) // 2 < plain.rows
+    assert shared.classes.count <= n * (n + 1) // 2
     assert shared.feasible == plain.feasible
     same_tables(shared, plain, n, budget)
     D = reference(s, t, budget, f, r)
@@ -144,11 +142,11 @@ def test_sharing_is_chosen_when_it_saves_work():
 
 def test_sharing_lets_long_repeated_chains_plan_exactly():
     # 1000 steps, 4 kinds: 2 x 1001^2 x 129 floats would be refused (2 GB); shared,
-    # the tables hold about 4 rows a length
+    # the tables hold about 4 rows a length, and 4 stacks of at most 1000 rows
     rng = random.Random(2)
     s, t, f, r = kinds_chain(rng, 1000, 4, periodic=True)
     costs = ChainCosts(f, r, s, t)
-    assert table_rows(s, t, f, r) < 4 * 1001
+    assert table_rows(s, t, f, r) < 2 * 4 * 1001  # a row a class, and the stacks
     memory = 3 * minimum_bytes(costs)
     plan = Optimal(costs, memory, levels=16)
     result = simulate(plan, costs)
@@ -172,19 +170,12 @@ def test_a_shared_plan_equals_exhaustive_search(seed, n, kinds, extra):
     r = [made[k][0] + made[k][1] for k in order]
     costs = ChainCosts(f, r, [made[k][2] for k in order] + [3], [made[k][3] for k in order])
     memory = minimum_bytes(costs) + extra
-    made_tables = []
 
-    class Recorded(SplitTable):
+    class Shared(SplitTable):  # rows shared whatever the work saved (these chains are tiny)
         def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            made_tables.append(self.shared)
+            super().__init__(*args, share=True, **kwargs)
+            assert self.shared
 
-    # share rows whatever the length and the work saved (these chains are tiny)
-    with (
-        mock.patch.object(planning, "SHARE_GAIN", 0),
-        mock.patch.object(planning, "_SHARE_FROM", 0),
-        mock.patch.object(optimal, "SplitTable", Recorded),
-    ):
+    with mock.patch.object(optimal, "SplitTable", Shared):
         plan = Optimal(costs, memory)
-    assert all(made_tables)  # (no table at all: store all, or steps all alike)
     assert simulate(plan, costs).time == plan.predicted_time == search(costs, memory, True)

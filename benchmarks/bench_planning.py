@@ -1,0 +1,160 @@
+"""Planning byte budgets: exact plans of long chains that repeat a few kinds of layers.
+
+``python -m benchmarks planning``.  ``Optimal``'s exact programme keeps one
+row per distinct segment (:mod:`remat.planning`): a chain that cycles
+through ``p`` kinds of layers has about ``p n`` distinct segments instead of
+``n^2 / 2``, and its split search is ``p n^2 / 2`` cells a level instead of
+``n^3 / 6``.  This benchmark plans 1000-step chains of period 1, 2, 4, 8 and
+16 (and one whose steps all differ, like measured costs), exactly and over
+200 blocks, at 1.5, 3 and 10 times the least memory, 128 levels.  A time is
+this process's CPU time (``time.process_time``), the median of
+``REPEATS`` plans, one BLAS thread, the contenders of a cell interleaved.
+Where the exact programme is refused (its tables too large), the exact plan
+of shorter random chains gives its cubic cost.
+
+The second table measures what planning over blocks gives up near the least
+memory, where its plans are furthest from the exact ones, on random chains
+small enough to plan exactly (n = 150 and 250).
+"""
+
+from benchmarks.common import environment, table  # noqa: I001  (BLAS first)
+
+import os
+import random
+import statistics
+import time
+
+from remat import schedules
+from remat.planning import table_rows
+
+STEPS = 1000
+PERIODS = (1, 2, 4, 8, 16)
+TIMES = (1.5, 3, 10)
+BLOCKS = 200
+REPEATS = 3
+RANDOM_STEPS = (100, 200, 250)
+
+
+def periodic_costs(steps, period, seed=0):
+    """A chain cycling through ``period`` kinds of tanh layers (``period=None``: every step
+    its own kind): widths from 32 to 256 (batch 16, float64), an advance about 1e-4 s
+    per 64 columns, taping and reversing about three times that; the tape holds the input
+    state and two of the output's size."""
+    rng = random.Random(seed)
+    count = steps if period is None else period
+    kinds = []
+    for _ in range(count):
+        width = rng.choice((32, 48, 64, 96, 128, 192, 256))
+        forward = width / 64 * 1e-4 * rng.uniform(0.9, 1.1)
+        kinds.append((width, forward, 3 * forward * rng.uniform(0.9, 1.1)))
+    order = [i % count for i in range(steps)]
+    state = [16 * 8 * kinds[k][0] for k in order] + [16 * 8 * kinds[order[0]][0]]
+    return schedules.ChainCosts(
+        [kinds[k][1] for k in order],
+        [kinds[k][2] for k in order],
+        state,
+        [state[i] + 2 * state[i + 1] for i in range(steps)],
+    )
+
+
+def cpu_seconds(plan, repeats):
+    """Median CPU seconds of ``plan()`` and its last result; a refusal is its message."""
+    seconds, result = [], None
+    for _ in range(repeats):
+        begin = time.process_time()
+        try:
+            result = plan()
+        except ValueError as error:
+            return None, str(error)
+        seconds.append(time.process_time() - begin)
+    return statistics.median(seconds), result
+
+
+def period_rows(quick):
+    steps, periods, times = (40, (1, 4), (3,)) if quick else (STEPS, PERIODS, TIMES)
+    blocks, repeats = (8, 1) if quick else (BLOCKS, REPEATS)
+    rows = []
+    for period in (*periods, None):
+        costs = periodic_costs(steps, period)
+        sizes = (costs.state_bytes, costs.tape_bytes, costs.forward_time, costs.reverse_time)
+        distinct = table_rows(*sizes)
+        least = schedules.minimum_bytes(costs)
+        for factor in times:
+            memory = int(factor * least)
+            exact_s, exact = cpu_seconds(lambda: schedules.Optimal(costs, memory), repeats)
+            block_s, block = cpu_seconds(
+                lambda: schedules.Optimal(costs, memory, blocks=blocks), repeats
+            )
+            if exact_s is None:
+                exact_cell, gap = "refused: " + exact.split(";")[0].split("would take ")[1], "-"
+            else:
+                exact_cell = f"{exact_s:.3f}"
+                ratio = None if block_s is None else block.predicted_time / exact.predicted_time
+                gap = "too tight" if ratio is None else f"{ratio:.3f}"
+            rows.append(
+                (
+                    steps,
+                    "all differ" if period is None else period,
+                    distinct,
+                    f"{factor} x least",
+                    exact_cell,
+                    "too tight" if block_s is None else f"{block_s:.3f}",
+                    gap,
+                )
+            )
+    return rows
+
+
+def random_rows(quick):
+    """The exact programme on chains whose steps all differ: cubic in the length."""
+    rows = []
+    for steps in (20, 30) if quick else RANDOM_STEPS:
+        costs = periodic_costs(steps, None, seed=1)
+        memory = 3 * schedules.minimum_bytes(costs)
+        seconds, _ = cpu_seconds(lambda: schedules.Optimal(costs, memory), 1 if quick else REPEATS)
+        rows.append((steps, f"{seconds:.3f}", f"{seconds / steps**3 * 1e9:.1f}"))
+    return rows
+
+
+def run(quick=False):
+    load_before = os.getloadavg()[0]
+    periods = table(
+        [
+            "steps",
+            "period (kinds)",
+            "table rows",
+            "budget",
+            "exact s (CPU)",
+            f"blocks={BLOCKS} s (CPU)",
+            "blocks / exact time",
+        ],
+        period_rows(quick),
+    )
+    randoms = table(["steps", "exact s (CPU)", "ns per step^3"], random_rows(quick))
+    load_after = os.getloadavg()[0]
+    return "\n".join(
+        [
+            "## Planning byte budgets exactly (`python -m benchmarks planning`)",
+            "",
+            environment(),
+            "",
+            f"Load average (1 min) {load_before:.2f} before, {load_after:.2f} after, on "
+            f"{os.cpu_count()} cores (shared with other work; CPU time leaves most of it out).",
+            "",
+            f"Time to plan chains of a few kinds of layers in a cycle, `Optimal(costs, "
+            f"memory)` (exact) and `Optimal(costs, memory, blocks={BLOCKS})`, 128 levels; "
+            f"CPU seconds, median of {REPEATS}; 'table rows' is the distinct segments the "
+            "exact table keeps (period 1 is a loop: its own length-only table); the last "
+            "column is the block plan's predicted time over the exact plan's.",
+            "",
+            periods,
+            "",
+            "The exact programme where every step differs (the same kind of costs, one kind a "
+            "step, 3 x least): cubic in the length, so 1000 steps would take about "
+            "(1000 / 250)^3 = 64 times the 250-step figure, and 2 GB of tables, which "
+            "`Optimal` refuses.",
+            "",
+            randoms,
+            "",
+        ]
+    )
