@@ -96,7 +96,7 @@ def _diagonal(
     )
 
 
-def _bits(values: Sequence[float]) -> np.ndarray:
+def _bits(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Float64 values as their bit patterns: equal patterns, equal arithmetic."""
     return np.asarray(values, dtype=np.float64).view(np.int64)
 
@@ -240,9 +240,6 @@ class SplitTable:
         # row ids(b, a) holds [a, b); only rows of segments already done are read: no fill
         self._ends = ends = np.empty((rows, K1))  # D(a, b, .)
         self._shifted = shifted = np.empty((rows, K1))  # F(a, b) + D(a, b, . + s[a])
-        ends3 = shifted3 = None
-        if classes is None:
-            ends3, shifted3 = ends.reshape(n + 1, n + 1, K1), shifted.reshape(n + 1, n + 1, K1)
         ids = self._ids
         if classes is not None:
             slots = max(len(s) for s in classes.starts)
@@ -283,9 +280,11 @@ class SplitTable:
                 reach = tp[starts + length] - tp[starts] - su[starts]
                 top = int(min(K1, max(0, reach.max())))
                 lowest = np.full((count, K1), _INF)
-                if classes is None:
-                    left = _diagonal(shifted3, (1, 0), count, length - 1, 0)  # F + D(a, a+i, .)
-                    right = _diagonal(ends3, (length, 1), count, length - 1, 1)  # D(a+i, b, .)
+                if classes is None:  # row ids(b, a) is [b, a] of a square: strided views
+                    square = (n + 1, n + 1, K1)
+                    # F + D(a, a+i, k' + s_a), and D(a+i, b, k')
+                    left = _diagonal(shifted.reshape(square), (1, 0), count, length - 1, 0)
+                    right = _diagonal(ends.reshape(square), (length, 1), count, length - 1, 1)
                     bound = np.maximum(
                         _diagonal(finite_s.reshape(n + 1, n + 1, 1), (1, 0), count, length - 1, 0),
                         _diagonal(
@@ -372,10 +371,10 @@ def _first_finite(rows: np.ndarray) -> np.ndarray:
 
 
 def table_rows(
-    state_sizes: Sequence[float],
-    tape_sizes: Sequence[float],
-    forward: Sequence[float],
-    reverse: Sequence[float],
+    state_sizes: Sequence[float] | np.ndarray,
+    tape_sizes: Sequence[float] | np.ndarray,
+    forward: Sequence[float] | np.ndarray,
+    reverse: Sequence[float] | np.ndarray,
 ) -> int:
     """The rows of each of a SplitTable's two tables for this chain, sharing decided as
     the table decides it; sizes in bytes bound what any rounding to units gives (steps
@@ -385,10 +384,10 @@ def table_rows(
 
 
 def _classes(
-    su: Sequence[float],
-    tu: Sequence[float],
-    f: Sequence[float],
-    r: Sequence[float],
+    su: Sequence[float] | np.ndarray,
+    tu: Sequence[float] | np.ndarray,
+    f: Sequence[float] | np.ndarray,
+    r: Sequence[float] | np.ndarray,
     leaves: Sequence[np.ndarray] | None,
     share: bool | None,
 ) -> SegmentClasses | None:

@@ -463,7 +463,7 @@ def test_gradients_do_not_depend_on_the_measured_times(form, monkeypatch):
 def test_a_long_heterogeneous_chain_is_planned_over_blocks(monkeypatch):
     monkeypatch.setattr(memory, "BLOCK_LIMIT", 4)
     costs = costs_of("chain")  # 10 steps: 4 blocks
-    budget = schedules.block_minimum_bytes(costs, schedules.block_starts(10, 4))
+    budget = schedules.block_minimum_bytes(costs, schedules.block_starts(10, 4, costs.state_bytes))
     reference, _ = store_all("chain")
     clear_grads()
     tape = Tape(memory=budget)
@@ -501,15 +501,15 @@ def test_a_loop_prediction_is_the_plan_time_and_a_measured_overhead():
 def test_a_budget_too_tight_for_the_blocks_is_planned_exactly(monkeypatch):
     costs = costs_of("chain")
     exact = schedules.minimum_bytes(costs)
-    coarse = schedules.block_minimum_bytes(costs, schedules.block_starts(10, 2))
+    coarse = schedules.block_minimum_bytes(costs, schedules.block_starts(10, 3, costs.state_bytes))
     assert coarse > exact
     monkeypatch.setattr(memory, "EXACT_LIMIT", 10)  # 10 steps: planned exactly if need be
-    plan = memory.plan_optimal(costs, exact, block_limit=2)
+    plan = memory.plan_optimal(costs, exact, block_limit=3)
     assert isinstance(plan, schedules.Optimal)
     sim = schedules.simulate(plan, costs)
     assert sim.peak_bytes <= exact and sim.reversed_steps == 10
     reference, _ = store_all("chain")
-    monkeypatch.setattr(memory, "BLOCK_LIMIT", 2)
+    monkeypatch.setattr(memory, "BLOCK_LIMIT", 3)
     memory.clear_plans()
     clear_grads()
     tape = Tape(memory=exact)
@@ -521,11 +521,11 @@ def test_a_chain_too_long_for_the_exact_programme_falls_back_to_revolve(monkeypa
     costs = costs_of("chain")
     exact = schedules.minimum_bytes(costs)
     monkeypatch.setattr(memory, "EXACT_LIMIT", 3)
-    plan = memory.plan_optimal(costs, exact, block_limit=2)
+    plan = memory.plan_optimal(costs, exact, block_limit=3)
     assert isinstance(plan, schedules.Revolve)
     assert schedules.simulate(plan, costs).peak_bytes <= exact
     with pytest.raises(ValueError, match=f"needs at least {exact} bytes"):
-        memory.plan_optimal(costs, exact - 1, block_limit=2)
+        memory.plan_optimal(costs, exact - 1, block_limit=3)
 
 
 def test_the_messages_name_the_form():

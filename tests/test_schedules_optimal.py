@@ -555,7 +555,7 @@ def whole_blocks(costs, starts):
 def test_a_plan_over_blocks_lies_between_the_exact_plan_and_whole_blocks(seed, n, data):
     costs = random_chain(random.Random(seed), n)
     blocks = data.draw(st.integers(2, n - 1))
-    starts = block_starts(n, blocks)
+    starts = block_starts(n, blocks, costs.state_bytes)
     least = block_minimum_bytes(costs, starts)
     assert least >= minimum_bytes(costs)
     memory = least + data.draw(st.integers(0, 40))
@@ -572,7 +572,7 @@ def test_a_plan_over_blocks_lies_between_the_exact_plan_and_whole_blocks(seed, n
 def test_a_budget_too_small_for_the_blocks_says_both_minima():
     rng = random.Random(3)
     costs = random_chain(rng, 12)
-    starts = block_starts(12, 3)
+    starts = block_starts(12, 3, costs.state_bytes)
     least, exact = block_minimum_bytes(costs, starts), minimum_bytes(costs)
     assert least > exact
     Optimal(costs, least, blocks=3)
@@ -586,6 +586,28 @@ def test_a_budget_too_small_for_the_blocks_says_both_minima():
 def test_block_starts_are_as_even_as_can_be():
     assert block_starts(10, 4) == [0, 2, 5, 7, 10]
     assert block_starts(3, 3) == [0, 1, 2, 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**9), n=st.integers(1, 60), data=st.data())
+def test_block_starts_move_to_the_smallest_state_within_half_a_block(seed, n, data):
+    rng = random.Random(seed)
+    blocks = data.draw(st.integers(1, n))
+    sizes = [rng.choice((8, 16, 32, 64)) for _ in range(n + 1)]
+    even, starts = block_starts(n, blocks), block_starts(n, blocks, sizes)
+    assert len(starts) == blocks + 1 and starts[0] == 0 and starts[-1] == n
+    assert all(a < b for a, b in zip(starts, starts[1:]))
+    reach = n // blocks // 2
+    for k in range(1, blocks):
+        assert abs(starts[k] - even[k]) <= reach
+        low = max(starts[k - 1] + 1, even[k] - reach)
+        window = range(low, max(low, min(even[k] + reach, n - blocks + k)) + 1)
+        assert sizes[starts[k]] == min(sizes[j] for j in window)
+    assert block_starts(n, blocks, [5] * (n + 1)) == even  # alike states: even blocks
+    costs = ChainCosts([1] * n, [2] * n, sizes, [2 * x for x in sizes[:n]])
+    if 1 < blocks < n:
+        plan = Optimal(costs, 3 * block_minimum_bytes(costs, starts), blocks=blocks)
+        assert plan.block_starts == starts
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -602,7 +624,7 @@ def test_the_least_peak_of_a_chain_whose_tapes_hold_their_inputs(seed):
 
 def test_a_loop_may_be_planned_over_blocks_too():
     costs = ChainCosts.uniform(12, 1, 3, 2, 5)
-    least = block_minimum_bytes(costs, block_starts(12, 4))
+    least = block_minimum_bytes(costs, block_starts(12, 4, costs.state_bytes))
     for extra in (0, 7, 30):
         plan = Optimal(costs, least + extra, blocks=4)
         assert plan.blocks == 4

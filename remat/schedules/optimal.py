@@ -126,7 +126,9 @@ class Optimal:
     which).  After construction, ``predicted_time`` and ``predicted_peak_bytes`` are the
     plan's time and peak under the model of :mod:`.costs` (what
     :func:`.simulate` reports for it), ``snapshots`` the most slots it uses at
-    once, and ``exact`` whether no size had to be rounded.
+    once, ``exact`` whether no size had to be rounded, and ``block_starts``
+    where the blocks start (:func:`block_starts` with the states' sizes), or
+    None without blocks.
 
     >>> from remat.schedules import ChainCosts, Optimal, simulate
     >>> costs = ChainCosts.uniform(20, 1.0, 2.0, 100, 300)
@@ -153,6 +155,9 @@ class Optimal:
         if blocks is not None and blocks >= costs.steps:
             blocks = None  # one step a block: the exact programme
         self.blocks: int | None = blocks
+        self.block_starts: list[int] | None = (
+            None if blocks is None else block_starts(costs.steps, blocks, costs.state_bytes)
+        )
         self.costs = costs
         self.memory: float = memory
         self.steps: int = costs.steps
@@ -160,7 +165,7 @@ class Optimal:
         if sum(costs.tape_bytes) > memory:
             levels = int(levels)
             if blocks is not None:
-                starts = block_starts(costs.steps, blocks)
+                starts = self.block_starts
                 need = block_minimum_bytes(costs, starts)  # never below minimum_bytes
             else:
                 need = minimum_bytes(costs)
@@ -350,15 +355,36 @@ class _Plan:
         return self.table.choose(a, b, k)
 
 
-def block_starts(steps: int, blocks: int) -> list:
-    """Where each of ``blocks`` blocks of ``steps`` steps starts (lengths differ by one at
-    most), and ``steps`` at the end.
+def block_starts(steps: int, blocks: int, state_bytes: Sequence[float] | None = None) -> list[int]:
+    """Where each of ``blocks`` blocks of ``steps`` steps starts, and ``steps`` at the end.
+
+    Without ``state_bytes``, the lengths differ by one at most.  With them (the
+    ``steps + 1`` sizes of ``x_0 .. x_n``), each boundary after the first moves
+    to the smallest state within half a block of its even place (the nearest
+    to it of equal ones, the earlier of two as near): a plan over blocks stores
+    states at block starts only (and inside the block being reversed), and near
+    the least memory the best plans store small states.  Blocks are then at
+    most about twice as long as even ones; where all states are alike, the
+    boundaries stay put.
 
     >>> from remat.schedules import block_starts
     >>> block_starts(10, 4)
     [0, 2, 5, 7, 10]
+    >>> block_starts(10, 4, [9, 9, 9, 1, 9, 9, 9, 9, 1, 9, 9])
+    [0, 3, 5, 8, 10]
     """
-    return [k * steps // blocks for k in range(blocks)] + [steps]
+    even = [k * steps // blocks for k in range(blocks)] + [steps]
+    if state_bytes is None:
+        return even
+    reach = steps // blocks // 2
+    starts = [0]
+    for k in range(1, blocks):
+        low = max(starts[-1] + 1, even[k] - reach)
+        high = max(low, min(even[k] + reach, steps - (blocks - k)))
+        starts.append(
+            min(range(low, high + 1), key=lambda j: (state_bytes[j], abs(j - even[k]), j))
+        )
+    return starts + [steps]
 
 
 def _sums(values: Sequence[Any], starts: Sequence[int]) -> list[Any]:
