@@ -1,7 +1,7 @@
 """Run the benchmarks and print markdown: ``python -m benchmarks [--quick] [--write] [names...]``.
 
 Names: core, schedules, loop, online, logn, depth, replay, memory, forward, overheads,
-disk, transformer (all by default).  ``--quick`` runs tiny sizes (a smoke test; the
+disk, transformer, planning (all by default).  ``--quick`` runs tiny sizes (a smoke test; the
 figures mean nothing).  ``--write`` also records the output in benchmarks/RESULTS.md:
 the sections of the benchmarks just run are replaced, the others kept, and so is the
 hand-written "Where remat is behind" section, which whoever reruns should revise

@@ -46,6 +46,11 @@ HEADERS = {
         "| n | schedule | plan seconds | cost |",
         "| tape | step evaluations | seconds (median) | / revolve |",
     ],
+    "planning": [
+        "| steps | period (kinds) | table rows | budget | exact s (CPU) |",
+        "| steps | exact s (CPU) | ns per step^3 |",
+        "| costs | steps | budget | 5 steps a block, even | 5 a block, at small states |",
+    ],
     "transformer": [
         "| contender | s (fwd+bwd) | time ratio | peak RSS MiB | memory ratio (RSS) |",
         "| schedule | forward_steps | tape.stats.peak_bytes MiB | tracemalloc MiB |",

@@ -583,6 +583,20 @@ def test_a_budget_too_small_for_the_blocks_says_both_minima():
         Optimal(costs, least, blocks=0)
 
 
+def test_blocks_may_be_given_as_their_starts():
+    costs = random_chain(random.Random(4), 12)
+    even = block_starts(12, 4)
+    least = block_minimum_bytes(costs, even)
+    plan = Optimal(costs, least + 5, blocks=even)
+    assert plan.blocks == 4 and plan.block_starts == even
+    result = check(plan, costs)
+    assert result.peak_bytes <= least + 5 and result.time == plan.predicted_time
+    assert Optimal(costs, least, blocks=list(range(13))).blocks is None  # a step a block
+    for bad in ([0, 5, 5, 12], [1, 12], [0, 11], [0, 2.5, 12], "0 12", {0: 1}):
+        with pytest.raises(ValueError, match="blocks"):
+            Optimal(costs, least, blocks=bad)
+
+
 def test_block_starts_are_as_even_as_can_be():
     assert block_starts(10, 4) == [0, 2, 5, 7, 10]
     assert block_starts(3, 3) == [0, 1, 2, 3]

@@ -116,6 +116,36 @@ def _table_levels(rows: int) -> int:
     return max(1, min(_MAX_LEVELS, _TABLE_FLOATS // (2 * rows) - 1))
 
 
+def _given_starts(blocks: object, steps: int) -> list[int] | None:
+    """``blocks`` as a list of block starts if it is one (checked), else None (an integer
+    number of blocks, checked, or None)."""
+    if blocks is None:
+        return None
+    if isinstance(blocks, Integral) and not isinstance(blocks, bool):
+        if blocks < 1:
+            raise ValueError(f"Optimal: blocks must be None or an integer >= 1, got {blocks!r}")
+        return None
+    if not isinstance(blocks, Sequence) or isinstance(blocks, str):
+        raise ValueError(
+            "Optimal: blocks must be None, an integer >= 1 or the list of block starts, "
+            f"got {blocks!r}"
+        )
+    starts = list(blocks)
+    valid = all(isinstance(a, Integral) and not isinstance(a, bool) for a in starts)
+    if (
+        not valid
+        or len(starts) < 2
+        or starts[0] != 0
+        or starts[-1] != steps
+        or any(a >= b for a, b in zip(starts, starts[1:]))
+    ):
+        raise ValueError(
+            f"Optimal: blocks as block starts must rise from 0 to the {steps} steps, one "
+            f"integer a block and the end (block_starts makes them), got {blocks!r}"
+        )
+    return [int(a) for a in starts]
+
+
 class Optimal:
     """The least-time schedule for ``costs`` whose peak bytes held stay within ``memory``.
 
@@ -123,7 +153,9 @@ class Optimal:
     module docstring for the discretisation and its cost); ``blocks``, if an
     integer below the number of steps, plans over that many blocks of steps
     (optimal in a smaller class, much faster: the module docstring says
-    which).  After construction, ``predicted_time`` and ``predicted_peak_bytes`` are the
+    which), placed by :func:`block_starts` from the states' sizes; or
+    ``blocks`` is the list of the blocks' starts, from 0 to the number of
+    steps.  After construction, ``predicted_time`` and ``predicted_peak_bytes`` are the
     plan's time and peak under the model of :mod:`.costs` (what
     :func:`.simulate` reports for it), ``snapshots`` the most slots it uses at
     once, ``exact`` whether no size had to be rounded, and ``block_starts``
@@ -138,7 +170,11 @@ class Optimal:
     """
 
     def __init__(
-        self, costs: ChainCosts, memory: float, levels: int = 128, blocks: int | None = None
+        self,
+        costs: ChainCosts,
+        memory: float,
+        levels: int = 128,
+        blocks: int | Sequence[int] | None = None,
     ) -> None:
         if not isinstance(costs, ChainCosts):
             raise ValueError(f"Optimal: costs must be a ChainCosts, got {costs!r}")
@@ -146,26 +182,23 @@ class Optimal:
             raise ValueError(f"Optimal: memory must be a number of bytes >= 0, got {memory!r}")
         if isinstance(levels, bool) or not isinstance(levels, Integral) or levels < 1:
             raise ValueError(f"Optimal: levels must be an integer >= 1, got {levels!r}")
-        if blocks is not None and (
-            isinstance(blocks, bool) or not isinstance(blocks, Integral) or blocks < 1
-        ):
-            raise ValueError(f"Optimal: blocks must be None or an integer >= 1, got {blocks!r}")
-        if blocks is not None:
-            blocks = int(blocks)  # a NumPy integer too: the plans tell positions by type int
-        if blocks is not None and blocks >= costs.steps:
-            blocks = None  # one step a block: the exact programme
-        self.blocks: int | None = blocks
-        self.block_starts: list[int] | None = (
-            None if blocks is None else block_starts(costs.steps, blocks, costs.state_bytes)
-        )
+        starts = _given_starts(blocks, costs.steps)
+        if starts is None and blocks is not None:
+            blocks = int(blocks)  # (checked: an integer >= 1; a NumPy one too)
+            if blocks < costs.steps:  # (one step a block: the exact programme)
+                starts = block_starts(costs.steps, blocks, costs.state_bytes)
+        if starts is not None and len(starts) - 1 >= costs.steps:
+            starts = None
+        self.blocks: int | None = None if starts is None else len(starts) - 1
+        self.block_starts: list[int] | None = starts
+        blocks = self.blocks
         self.costs = costs
         self.memory: float = memory
         self.steps: int = costs.steps
         self._plan: _Plan | _UniformPlan | _BlockPlan | None = None  # None: store all
         if sum(costs.tape_bytes) > memory:
             levels = int(levels)
-            if blocks is not None:
-                starts = self.block_starts
+            if starts is not None:
                 need = block_minimum_bytes(costs, starts)  # never below minimum_bytes
             else:
                 need = minimum_bytes(costs)
@@ -181,10 +214,11 @@ class Optimal:
                     f"blocks, which needs at least {need!r} bytes (the exact programme, "
                     f"blocks=None, needs {least!r}): give more blocks or more memory"
                 )
-            if blocks is not None:
+            if starts is not None:
+                given = starts
 
                 def kind(costs: ChainCosts, memory: float, levels: int) -> _BlockPlan:
-                    return _BlockPlan(costs, memory, levels, starts)
+                    return _BlockPlan(costs, memory, levels, given)
 
                 limit = max(levels, _table_levels((blocks + 1) ** 2))
             elif _uniform(costs):
