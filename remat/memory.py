@@ -57,12 +57,17 @@ chain of more than :data:`BLOCK_LIMIT` steps is planned with
 ``Optimal(costs, memory, blocks=BLOCK_LIMIT)``: consecutive steps are grouped
 into blocks, each block has its own exact table, and the programme over the
 blocks stores states at block starts (and anywhere inside the block being
-reversed).  A 1000-step chain plans in about 0.6 s.  The plan is optimal in
-that class, not overall: on a 300-step chain of the ``widths`` kind, where
-the exact programme is affordable, blocks of 5 steps gave plans 2% slower
-than the exact ones at ten times the least memory, 10% at three times and
-60% at 1.5 times; blocks of 2 steps 0.3%, 3% and 23%
-(``python -m benchmarks memory`` measures it).  A budget too
+reversed); the blocks start at small states (:func:`schedules.block_starts`).
+A 1000-step chain plans in about 0.5 s.  The plan is optimal in that class,
+not overall: on a 300-step chain of the ``widths`` kind, where the exact
+programme is affordable, blocks of 5 steps gave plans 0.4% slower than the
+exact ones at ten times the least memory, 3% at three times and 0.2% at 1.5
+times; blocks of 2 steps 0.1%, 0.1% and 0.7% (with blocks of even lengths it
+was 2%, 10% and 60%, and 0.3%, 3% and 23%; ``python -m benchmarks memory``
+measures it, ``python -m benchmarks planning`` on more chains).  A chain
+whose costs repeat exactly (one built by hand) would plan exactly and fast
+(rows shared by alike segments, :mod:`remat.planning`), but measured times
+always differ, so ``Tape(memory=)`` plans over blocks.  A budget too
 small for the blocks is planned over :data:`EXACT_LIMIT` blocks, then exactly
 (a chain of at most EXACT_LIMIT steps), and failing that with revolve and the
 most slots that fit.  A loop's steps are all alike and its programme is only

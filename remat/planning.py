@@ -41,19 +41,34 @@ size of its input state; ``x_b``'s is never read).  Real chains repeat a few
 kinds of layers, so many segments are alike step for step and must have
 equal rows.  :class:`SegmentClasses` numbers the distinct segments (classes
 of length ``L`` from those of length ``L - 1`` and the next step's kind, one
-``np.unique`` a length), and the table then holds one row per class: each
-class is computed once, from its first occurrence, its left and right parts
-gathered by their classes' rows.  Every sum and minimum is the same
-floating-point operation, in the same order, as in the table of a row a
-segment, so the values and the choices are identical bit for bit
-(``tests/test_planning_shared.py`` checks it against that table and against
-a plain recursion).  Work: ``sum over classes of (length - 1)`` splits, times
-the levels searched, instead of ``n^3 / 6``: ``p n^2 / 2`` for a chain of
-period ``p``; memory: two rows of ``K + 1`` floats per class.  Gathering
-costs about three times a strided view per cell, so the table shares rows
-only where that cuts the split search :data:`SHARE_GAIN` times or more (and
-for chains of :data:`_SHARE_FROM` steps or more); a chain whose steps all
-differ (measured times always differ a little) gains nothing.
+``np.unique`` a length), and the table then holds one row per class, each
+computed once, from its first occurrence.  A class's left parts are its
+prefixes and its right parts its suffixes: :class:`_Stacks` keeps, for each
+class of the current length, its prefixes' rows (and its suffixes') one
+after the other, so that its splits are two views added, as in the table of
+a row a segment; a class extended by two longer ones has its stack copied
+for the second.  Every sum and minimum is the same floating-point operation,
+in the same order, as in the table of a row a segment, so the values and the
+choices are identical bit for bit (``tests/test_planning_shared.py`` checks
+it against that table and against a plain recursion).  Work: ``sum over
+classes of (length - 1)`` splits, times the levels searched, instead of
+``n^3 / 6``: about ``p n^2 / 2`` for a chain of period ``p``, a third of
+``n^3 / 6`` for ``p = n / 3``.  Memory: two rows of ``K + 1`` floats per
+class, and two stacks of up to ``n`` rows for each class of the most
+numerous length (``p n`` rows for a period ``p``).  The table shares rows
+where that cuts the split search :data:`SHARE_GAIN` times or more, holds no
+more than half the rows, and the chain has :data:`_SHARE_FROM` steps or more;
+a chain whose steps all differ (measured times always differ a little) gains
+nothing.  Measured (``python -m benchmarks planning``, 1000 steps, 128
+levels, one core's CPU time): period 2 in 0.2-0.4 s, 4 in 0.3-0.7 s, 8 in
+0.7-1.1 s, 16 in 1.2-2.1 s, from 1.5 to 10 times the least memory.
+
+Levels searched.  Below the first finite level of a split's left part or of
+its right part (both kept for every row), the split's cell is ``+inf``, so
+each length (each class, when shared) searches from the lowest level where
+some split can be finite, and a class only the splits that can be finite
+below the store-all levels: at 1.5 times the least memory most cells are
+``+inf``, and this halves the work there.
 """
 
 from __future__ import annotations
@@ -360,7 +375,7 @@ class SplitTable:
         return a + 1 + int(np.flatnonzero(split == target)[0])
 
 
-SHARE_GAIN = 4  # share rows when that cuts the split search at least this many times
+SHARE_GAIN = 2  # share rows when that cuts the split search at least this many times
 _SHARE_FROM = 32  # ... and the chain has at least this many steps (below, it is quick anyway)
 
 

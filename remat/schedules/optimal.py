@@ -53,40 +53,65 @@ levels (enough for a unit of a third of the slack, at least twice as many,
 at most 2**14, and for a heterogeneous chain no more than keep its two tables
 within 2**25 floats).
 
+Long chains: alike segments share rows.  ``D(a, b, .)`` depends only on the
+segment's steps, so segments alike step for step (same times, same sizes
+in units, in the same order) have the same row, and the table keeps one per
+distinct segment (:mod:`remat.planning`; the values and the choices are the
+same, bit for bit, as with a row a segment).  A chain that cycles through
+``p`` kinds of layers (a transformer's blocks, say) has about ``p n``
+distinct segments and a split search of ``p n^2 levels / 2``: 1000 steps
+plan exactly in 0.2-0.4 s for ``p = 2``, 0.7-1.1 s for ``p = 8``, 1.1-2 s
+for ``p = 16`` (``python -m benchmarks planning``).  It is chosen on its own
+where it saves work.  Measured costs (``Tape(memory=)``) always differ a
+little from step to step, and a chain of a few stages of identical layers
+has almost as many distinct segments as segments (most span a stage
+boundary, at every offset), so neither gains.
+
 Long chains: ``blocks=``.  No exact programme of this kind plans 1000
-heterogeneous steps in seconds (``n^3 levels / 6`` is 2e10 at 128 levels;
-pruning splits by the bound "a split that advances over ``F`` costs at least
-``F`` plus every reverse time" removes under 1% of them at twice the least
-memory, 30% at twenty times, measured on a 150-step chain; and the best
-split does not move monotonically with the segment's end, which rules out
-Knuth's speed-up: 105 counterexamples among 25717 cells of 60 random small
-chains).  So
-``Optimal(costs, memory, blocks=B)`` groups the steps into ``B`` blocks of
-consecutive steps (lengths differing by one at most, :func:`block_starts`),
-gives each block its own exact table, and runs the programme over the
-blocks, a one-block segment costing what the block's table says.  The plan
-is optimal among schedules that store states only at block starts or inside
-the block being reversed; its least peak (:func:`block_minimum_bytes`) can
-be above :func:`minimum_bytes`, and a budget under it raises a ValueError
-that gives both.  Work: ``B^3 levels / 6`` plus ``n (n / B)^2 levels / 6``.
+heterogeneous steps whose costs all differ in seconds (``n^3 levels / 6``
+is 2e10 at 128 levels; pruning splits by the bound "a split that advances
+over ``F`` costs at least ``F`` plus every reverse time" removes under 1% of
+them at twice the least memory, 30% at twenty times, measured on a 150-step
+chain; and the best split does not move monotonically with the segment's
+end, which rules out Knuth's speed-up: 105 counterexamples among 25717
+cells of 60 random small chains).  So ``Optimal(costs, memory, blocks=B)``
+groups the steps into ``B`` blocks of consecutive steps, gives each block
+its own exact table, and runs the programme over the blocks, a one-block
+segment costing what the block's table says.  The plan is optimal among
+schedules that store states only at block starts or inside the block being
+reversed, so the blocks start at small states: each boundary moves from its
+even place to the smallest state within half a block (:func:`block_starts`;
+or ``blocks=`` is the list of starts).  Near the least memory that matters
+most: at 1.5 times it, on 150- and 250-step chains, blocks of 5 steps gave
+plans 12% slower than exact with even blocks and 2.5-2.8% with blocks at
+small states (3 times: 7-8% and 2.5%; ``python -m benchmarks planning``).
+On a chain cycling through 5 widths, blocks of 5 steps start at the same
+phase either way, and at 1.2 times the least memory they are 12-19% slower
+than exact; blocks of 2 steps, at small states, 1-1.4%.
+Its least peak (:func:`block_minimum_bytes`) can be above
+:func:`minimum_bytes`, and a budget under it raises a ValueError that gives
+both.  Work: ``B^3 levels / 6`` plus ``n (n / B)^2 levels / 6``.
 
 Cost of planning.  ``O(n^3 levels / 6)`` additions and minima and
-``2 (n+1)^2 (levels+1)`` floats of memory for a heterogeneous chain; the
-arithmetic is NumPy's (:mod:`remat.planning`: one expression over every
-start, split and level of a segment length, so Python loops ``n`` times),
-while this module keeps the recursion, the rounding and the actions.  On
-this 2-core machine, at 128 levels: about 0.1 s for ``n = 100``, 0.6-0.9 s
-for ``n = 200``, 1.5-2 s for ``n = 250`` (``n = 1000`` would need 2.1 GB of
-tables and, by the cube, about a minute; beyond 2**27 floats, 1 GiB, the
-tables are refused with a ValueError that suggests ``blocks=``: the cubic
-term is the search over every split of every segment, which no vectorising
-removes; :mod:`remat.memory` plans long chains
-over blocks).  Levels from a segment's store-all threshold on are filled in
-without a search.  When all steps are alike (``tape.loop``), segments differ
-only by their length and the programme is ``O(n^2 levels / 2)``: 0.05-0.1 s
-for ``n = 1000``, 4-20 s for ``n = 10000`` (``blocks=200``: 1-2 s, blocks
-of the same costs sharing one table).  A budget that fits every tape at
-once needs no search (store all).
+``2 (n+1)^2 (levels+1)`` floats of memory for a heterogeneous chain whose
+steps all differ (with shared rows, the distinct segments' splits and rows
+instead); the arithmetic is NumPy's (:mod:`remat.planning`: one expression
+over every start, split and level of a segment length, so Python loops
+``n`` times), while this module keeps the recursion, the rounding and the
+actions.  On this 2-core machine, at 128 levels, one core's CPU time: about
+0.06 s for ``n = 100``, 0.3-0.4 s for ``n = 200``, 0.6-0.9 s for ``n = 250``
+(about 40 ns times ``n^3``; ``n = 1000`` would need 2 GB of tables and, by
+the cube, about 40 s; beyond 2**27 floats, 1 GiB, the tables are refused
+with a ValueError that suggests ``blocks=``: the cubic term is the search
+over every split of every segment, which no vectorising removes;
+:mod:`remat.memory` plans long chains over blocks).  Levels from a
+segment's store-all threshold on are filled in without a search, and
+levels below where any split can be finite are skipped.  When all steps
+are alike (``tape.loop``), segments differ only by their length and the
+programme is ``O(n^2 levels / 2)``: 0.03-0.1 s for ``n = 1000``, 4-20 s
+for ``n = 10000`` (``blocks=200``: 1-2 s, blocks of the same costs sharing
+one table).  A budget that fits every tape at once needs no search (store
+all).
 """
 
 from __future__ import annotations
