@@ -139,7 +139,7 @@ class SegmentClasses:
     def __init__(self, kinds: np.ndarray) -> None:
         n = len(kinds)
         self.n = n
-        self.of = of = np.zeros((n + 1, n + 1), dtype=np.int64)
+        self.of = of = np.zeros((n + 1, n + 1), dtype=np.int32)  # (n + 1)^2 / 2 floats
         self.first, self.starts = [0, 0], [np.zeros(0, dtype=np.int64)]
         kinds = np.asarray(kinds, dtype=np.int64)
         spread = int(kinds.max()) + 1 if n else 1

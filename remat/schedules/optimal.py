@@ -253,7 +253,8 @@ class Optimal:
                     costs.state_bytes, costs.tape_bytes, costs.forward_time, costs.reverse_time
                 )
                 kind, limit = _Plan, max(levels, _table_levels(rows))
-                floats = 2 * rows * (levels + 1)
+                # the two tables, and the segments' row numbers if shared (int32s)
+                floats = 2 * rows * (levels + 1) + (costs.steps + 1) ** 2 // 2
                 if floats > _EXACT_FLOATS:
                     raise ValueError(
                         f"Optimal: the exact tables for {costs.steps} heterogeneous steps at "
