@@ -146,13 +146,14 @@ fig.tight_layout()
 
 # %% [markdown]
 # The cost follows the number of sweeps: n for columns, m for rows. Here one VJP
-# costs about twice one JVP (it evaluates the function, then sweeps back; the JVP
-# sweeps the recorded function forward, and `rm.grad` has more to set up), so the
-# lines cross a little past `n = m`, where n JVPs cost what m VJPs do. (The times
+# costs about twice one JVP (it records the function, then sweeps back; the JVP
+# computes each tangent beside its value as the function runs, recording nothing,
+# and `rm.grad` has more to set up), so the lines cross past `n = m`, near
+# `n = 2m`, where n JVPs cost what m VJPs do. (The times
 # are CPU times on this machine, from the run that wrote the notebook; the count of
-# sweeps is the part that does not depend on the machine.) Per op, both sweeps
-# cost about the same: `python -m benchmarks forward` measures `rm.jvp` of a
-# 1000-op chain beside the reverse sweep.
+# sweeps is the part that does not depend on the machine.) `python -m benchmarks
+# forward` measures `rm.jvp` of a 1000-op chain beside the reverse sweep, each
+# against hand-written NumPy.
 
 # %% [markdown]
 # ## Second order: forward over reverse, through a revolve loop

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import backend, guard
+from .dual import tangent_in
 from .executor import (
     REPLAY_CAUSES,
     Forward,
@@ -321,7 +322,7 @@ def _checkpoint_tangent(record, tangents):
         FORWARD_MODE.reset(token)
     seeds = dict(tangents)
     for node, stand_in in zip(nodes, step_tape.inputs):
-        t = tangents.get(id(node)) if node else None
+        t = tangent_in(tangents, node)
         if t is not None:
             seeds[id(stand_in)] = t
     inner = forward_sweep(records, seeds)

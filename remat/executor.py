@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 from . import backend, guard, schedules
+from .dual import tangent_in
 from .functional import forward_sweep
 from .ops import TENSOR_NAMESPACE
 from .ops.core import Op
@@ -1241,8 +1242,8 @@ class ChainRun:
         again from x_0 (for rm.jvp; see _chain_tangent)."""
         arrays, rng = self.start
         width0, n = len(self.x0_nodes), self.stats.steps
-        t_state = [tangents.get(id(node)) if node else None for node in nodes[:width0]]
-        t_xs = [tangents.get(id(node)) if node else None for node in nodes[width0:]]
+        t_state = [tangent_in(tangents, node) for node in nodes[:width0]]
+        t_xs = [tangent_in(tangents, node) for node in nodes[width0:]]
         counted, outer_rng = self.stats.forward_steps, backend.random_state()
         backend.set_random_state(rng)
         y_tangents = []
@@ -1430,7 +1431,7 @@ class Arrivals:
 
 def tangent_of(t, tangents):
     """The tangent of Tensor ``t`` in ``tangents`` (id(node) -> tangent), or zeros."""
-    found = tangents.get(id(t.node)) if t.node else None
+    found = tangent_in(tangents, t.node)
     return found if found is not None else backend.zeros(t.shape, t.dtype, like=t._data)
 
 
@@ -1503,8 +1504,8 @@ class TangentRun(ChainRun):
         self.collect_ys = collect_ys and self.chain.has_ys
         self.y_tangents = {}
         x0, rng = self.start
-        t0 = [tangents.get(id(node)) if node else None for node in self.x0_nodes]
-        self.t_xs = [tangents.get(id(node)) if node else None for node in self.chain.xs_nodes]
+        t0 = [tangent_in(tangents, node) for node in self.x0_nodes]
+        self.t_xs = [tangent_in(tangents, node) for node in self.chain.xs_nodes]
         self.current = (tuple(x0) + tuple(zeros_for(t0, self.specs[0], self.like)), rng)
         self.devices = self.devices + self.devices  # a tangent lives where its leaf does
 
@@ -1703,9 +1704,7 @@ def _adjoint_tangent(record, tangents):
     """Forward over reverse (rm.hvp): the tangent of the chain's gradient."""
     adjoint = record.args[0]
     width = len(adjoint.cotangent)
-    cotangent_tangents = [
-        tangents.get(id(node)) if node else None for node in record.parents[:width]
-    ]
+    cotangent_tangents = [tangent_in(tangents, node) for node in record.parents[:width]]
     return adjoint.with_tangents(tangents, cotangent_tangents)[1]
 
 

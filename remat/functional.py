@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import backend, selective
+from .dual import SWEEPING, Dual, Seeded, Trace, dual, no_tangent_rule, node_of
 from .ops import astype, identity
 from .pytree import flatten, unflatten
 from .tape import (
@@ -98,7 +99,11 @@ def value_and_grad(
         # Under no_grad nothing is recorded: a plain gradient (never zeros from
         # unrecorded inputs), also inside an untaped loop step (GRAD_ENABLED is
         # UNTAPED there, which grad_enabled() reports as on).
-        nested = bool(GRAD_ENABLED.get()) and (depth > 0 or any(_requires_grad(a) for a in args))
+        # Inside rm.jvp the backward is recorded too: its tangent may be wanted, also
+        # when only what f closes over carries one.
+        nested = bool(GRAD_ENABLED.get()) and (
+            depth > 0 or FORWARD_MODE.get() or any(_requires_grad(a) for a in args)
+        )
         inputs = [  # arrays are copied: the caller's array stays theirs
             Tensor(a) if i not in positions and backend.is_array(a) else a
             for i, a in enumerate(args)
@@ -279,10 +284,14 @@ def jvp(
     ``tangents``, by forward mode (as ``jax.jvp``).
 
     ``primals`` and ``tangents`` are tuples of the same structure (arrays,
-    Tensors, pytrees of them).  remat records ``f`` once, then walks the
-    records in the order they were made, applying each op's tangent rule
-    (``jvps`` in the op table) to the tangents of its inputs: the forward
-    sweep beside the reverse one.  Results are arrays, in ``f``'s output
+    Tensors, pytrees of them).  ``f`` runs once.  Its inputs carry their
+    tangents (:class:`remat.dual.Dual`) and each op computes its output's
+    tangent at once with its tangent rule (``jvps`` in the op table): nothing
+    is recorded.  What needs the tape (a checkpointed loop, ``rm.grad`` inside
+    ``f``, a tensor that requires grad) switches the call to recording: remat
+    then records the rest of ``f`` and walks those records in the order they
+    were made, applying the same rules (:func:`forward_sweep`); the tangents
+    are the same bit for bit either way.  Results are arrays, in ``f``'s output
     structure.  ``rm.checkpoint`` recomputes its function with tangents, and
     a checkpointed loop, chain or scan runs its steps again from x_0 with
     theirs (one state of memory more, not the whole chain).  A backward
@@ -301,38 +310,56 @@ def jvp(
     tangent_leaves, tangent_tree = flatten(tangents, _is_value)
     if tangent_tree != tree:
         raise ValueError(f"rm.jvp: tangents have structure {tangent_tree}, primals {tree}")
-    seeds = {}
+    trace = Trace()  # eager: each op computes its tangent at once (remat.dual) ...
     inputs = []
-    for k, (p, t) in enumerate(zip(leaves, tangent_leaves)):
-        leaf = _target(k, p.detach() if isinstance(p, Tensor) else p, False, "rm.jvp")
-        t = backend.asarray(t._data if isinstance(t, Tensor) else t)
-        if t.shape != leaf.shape:
-            raise ValueError(
-                f"rm.jvp: tangent {k} has shape {t.shape} but its primal has shape {leaf.shape}"
-            )
-        seeds[id(leaf.node)] = t.astype(leaf.dtype, copy=False)
-        inputs.append(leaf)
-    recorder = Recorder()
-    token = FORWARD_MODE.set(True)  # checkpointed chains keep x_0 to run again with tangents
     try:
-        with recorder, enable_grad():
-            out = f(*unflatten(tree, inputs))
+        for k, (p, t) in enumerate(zip(leaves, tangent_leaves)):
+            data = _target(k, p.detach() if isinstance(p, Tensor) else p, False, "rm.jvp")._data
+            t = backend.asarray(t._data if isinstance(t, Tensor) else t)
+            if t.shape != data.shape:
+                raise ValueError(
+                    f"rm.jvp: tangent {k} has shape {t.shape} but its primal has shape {data.shape}"
+                )
+            inputs.append(dual(data, t.astype(data.dtype, copy=False), trace))
+        recorder = Recorder()  # ... until something needs the tape (then Duals become leaves)
+        token = FORWARD_MODE.set(True)  # checkpointed chains keep x_0 to run again with tangents
+        try:
+            with recorder, enable_grad():
+                out = f(*unflatten(tree, inputs))
+        finally:
+            FORWARD_MODE.reset(token)
+        outs, out_tree = flatten(out, _is_value)
+        sweeping = SWEEPING.set(trace)
+        try:
+            values, out_tangents = _results(outs, trace, recorder)
+        finally:
+            SWEEPING.reset(sweeping)
     finally:
-        FORWARD_MODE.reset(token)
-    tangent_of = forward_sweep(recorder.records, seeds)
-    outs, out_tree = flatten(out, _is_value)
+        trace.close()
+    return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
+
+
+def _results(outs, trace, recorder):
+    """The values of ``outs`` (copies) and their tangents: a Dual's own, or the forward
+    sweep's over what was recorded after the switch (zeros where none flows)."""
+    tangent_of = None
     values, out_tangents = [], []
     for o in outs:
         data = o._data if isinstance(o, Tensor) else backend.asarray(o)
-        t = tangent_of.get(id(o.node)) if isinstance(o, Tensor) and o.node else None
-        if t is None:
-            node = o.node if isinstance(o, Tensor) else None
-            t = seeds.get(id(node)) if node is not None else None
+        node = node_of(o) if isinstance(o, Tensor) else None
+        if type(o) is Dual and node is None:
+            t = o.tangent if o.trace is trace else None
+        elif node:
+            if tangent_of is None:
+                tangent_of = forward_sweep(recorder.records, trace.seeds())
+            t = tangent_of.get(id(node))
+        else:
+            t = None
         values.append(backend.copy(data))
         out_tangents.append(
             t if t is not None else backend.zeros(data.shape, data.dtype, like=data)
         )
-    return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
+    return values, out_tangents
 
 
 def forward_sweep(records, seeds):
@@ -357,9 +384,11 @@ def forward_sweep(records, seeds):
                 continue
             t = get(id(node))
             if t is None:
-                continue
+                if type(node) is not Seeded or node.trace is not SWEEPING.get():
+                    continue
+                t = node.tangent  # a Dual of the jvp being swept (remat.dual)
             if rules is None:
-                raise _no_tangent_rule(op)
+                raise no_tangent_rule(op)
             if kw:
                 part = rules[i](ns, t, record.ans, *record.args, **kw)
             else:
@@ -371,13 +400,6 @@ def forward_sweep(records, seeds):
             total = ns.broadcast_to(total, record.shape)
         tangents[id(record)] = total
     return tangents
-
-
-def _no_tangent_rule(op):
-    return NotImplementedError(
-        f"rm.jvp: forward mode through `{op.name}` is not supported: the op has no "
-        "tangent rule (jvps=) in the op table"
-    )
 
 
 def hvp(f: Callable[..., Tensor], primals: tuple[PyTree, ...], tangents: tuple[PyTree, ...]) -> Any:

@@ -38,6 +38,7 @@ from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from .. import backend
+from ..dual import EAGER, Dual, dual, no_tangent_rule
 from ..guard import WATCHED, checks
 from ..selective import OPEN, evaluate
 from ..tape import GRAD_ENABLED, STEP, Record, check_step_value
@@ -220,6 +221,10 @@ def _output(out):
 def unary(op, x, **kw):
     """Apply a one-input primitive with keyword arguments (softmax's axis)."""
     if type(x) is not Tensor:
+        if type(x) is Dual:
+            out = dual_apply(op, (x,), kw)
+            if out is not None:
+                return out
         x = as_tensor(x)
     data = x._data
     try:
@@ -249,12 +254,41 @@ def unary(op, x, **kw):
 
 def make_unary(op: Op, doc: str | None = None) -> Callable[[TensorLike], Tensor]:
     """The public function for a one-input primitive: ``f(x) -> Tensor``."""
-    forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
+    forward, ndarray, new, new_dual = op.forward, backend.ndarray, Tensor.__new__, Dual.__new__
     grad_enabled, step = GRAD_ENABLED.get, STEP.get
     (keep_x,), keep_ans = op.keep[(True,)]
+    rule = op.jvps[0] if op.jvps is not None else None
+
+    def eager(x: Dual) -> Dual | Tensor | None:
+        # dual_apply for one operand, inlined: bench_forward's rm.jvp row (2.5x -> 1.9x)
+        trace, recording = x.trace, grad_enabled()
+        if not trace.eager or (not recording and recording is not False):
+            return None  # recording, or a step run untaped: the taped path reads the node
+        data = x._data
+        try:
+            out = evaluate(op, (data,), None) if OPEN else forward(data)
+        except (ValueError, TypeError) as error:
+            raise _operand_error(op, (data,), error) from None
+        if type(out) is not ndarray:
+            out = _output(out)
+        if not recording:  # rm.no_grad: a constant
+            return Tensor._from_record(out, step())
+        if rule is None:
+            raise no_tangent_rule(op)
+        ns: Any = backend.ARRAY_NAMESPACE
+        tangent = rule(ns, x.tangent, out, data)
+        if tangent.shape != out.shape:
+            tangent = ns.broadcast_to(tangent, out.shape)
+        d = new_dual(Dual)
+        d._data, d.grad, d.tangent, d.trace = out, None, tangent, trace
+        return d
 
     def f(x: TensorLike) -> Tensor:
         if type(x) is not Tensor:
+            if type(x) is Dual:
+                out = eager(x)
+                if out is not None:
+                    return out
             x = as_tensor(x)
         data = x._data
         try:
@@ -286,10 +320,57 @@ def make_unary(op: Op, doc: str | None = None) -> Callable[[TensorLike], Tensor]
 
 def make_binary(op: Op, doc: str | None = None) -> Callable[[TensorLike, TensorLike], Tensor]:
     """The public function for a two-input primitive; either input may be a Python scalar."""
-    forward, ndarray, new = op.forward, backend.ndarray, Tensor.__new__
+    forward, ndarray, new, new_dual = op.forward, backend.ndarray, Tensor.__new__, Dual.__new__
     grad_enabled, step = GRAD_ENABLED.get, STEP.get
     scalars = (int, float)
     keep_both, keep_first, keep_second = (op.keep[m] for m in ((1, 1), (1, 0), (0, 1)))
+    rule_a: Any
+    rule_b: Any
+    rule_a, rule_b = op.jvps if op.jvps is not None else (None, None)
+
+    def eager(a: Any, b: Any) -> Dual | Tensor | None:
+        # dual_apply for two operands, a Dual and a Dual, a scalar or a constant,
+        # inlined: bench_forward's rm.jvp row (2.5x -> 1.9x)
+        dual_a, dual_b = type(a) is Dual, type(b) is Dual
+        trace, recording = a.trace if dual_a else b.trace, grad_enabled()
+        if not trace.eager or (dual_a and dual_b and b.trace is not trace):
+            return None
+        if not recording and recording is not False:
+            return None  # a step run untaped: the taped path reads the node
+        if dual_a or (type(a) is Tensor and a.node is None):
+            da = a._data
+        elif isinstance(a, scalars):
+            da = a
+        else:
+            return dual_apply(op, (a, b))
+        if dual_b or (type(b) is Tensor and b.node is None):
+            db = b._data
+        elif isinstance(b, scalars):
+            db = b
+        else:
+            return dual_apply(op, (a, b))
+        try:
+            out = evaluate(op, (da, db), None) if OPEN else forward(da, db)
+        except (ValueError, TypeError) as error:
+            raise _operand_error(op, (da, db), error) from None
+        if type(out) is not ndarray:
+            out = _output(out)
+        if not recording:  # rm.no_grad: a constant
+            return Tensor._from_record(out, step())
+        if rule_a is None:
+            raise no_tangent_rule(op)
+        ns: Any = backend.ARRAY_NAMESPACE
+        if dual_a:
+            tangent = rule_a(ns, a.tangent, out, da, db)
+            if dual_b:
+                tangent = tangent + rule_b(ns, b.tangent, out, da, db)
+        else:
+            tangent = rule_b(ns, b.tangent, out, da, db)
+        if tangent.shape != out.shape:
+            tangent = ns.broadcast_to(tangent, out.shape)
+        d = new_dual(Dual)
+        d._data, d.grad, d.tangent, d.trace = out, None, tangent, trace
+        return d
 
     def f(a: TensorLike, b: TensorLike) -> Tensor:
         if type(a) is Tensor:
@@ -298,6 +379,10 @@ def make_binary(op: Op, doc: str | None = None) -> Callable[[TensorLike, TensorL
             da = a
             na = None
         else:
+            if type(a) is Dual:
+                out = eager(a, b)
+                if out is not None:
+                    return out
             a = as_tensor(a)
             da, na = a._data, a.node
         if type(b) is Tensor:
@@ -306,6 +391,10 @@ def make_binary(op: Op, doc: str | None = None) -> Callable[[TensorLike, TensorL
             db = b
             nb = None
         else:
+            if type(b) is Dual:
+                out = eager(a, b)
+                if out is not None:
+                    return out
             b = as_tensor(b)
             db, nb = b._data, b.node
         try:
@@ -362,6 +451,13 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     tensors = [
         as_tensor(v) if backend.is_array(v) or isinstance(v, (list, tuple)) else v for v in inputs
     ]
+    if EAGER:  # an rm.jvp runs eagerly somewhere: a Dual among the operands?
+        for t in tensors:
+            if type(t) is Dual:
+                out = dual_apply(op, tensors, forward_kw, vjp_kw)
+                if out is not None:
+                    return out
+                break
     datas = [t._data if isinstance(t, Tensor) else t for t in tensors]
     try:
         if OPEN:  # a frame watches op evaluations (remat.selective)
@@ -393,3 +489,69 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     if WATCHED:
         _guard(record)
     return Tensor._from_record(out, record)
+
+
+def dual_apply(op, inputs, forward_kw=None, rule_kw=None):
+    """Apply ``op`` to operands among which a Dual (:mod:`remat.dual`): its value and,
+    at once, its tangent, the sum over the Duals of each one's tangent rule.
+
+    The rules read what the op's VJP rules read (its output and operands), and
+    the terms are summed in the order of the operands, as the forward sweep
+    over a recording sums them.  Returns None where the recorded path must
+    take over: a Dual of a jvp that is no longer eager, Duals of two jvps, or
+    an operand that is recorded itself (reading the Duals' nodes there
+    switches their jvp to recording), and so does a step or checkpointed
+    function that the executor runs untaped (it reads what the function closes
+    over then, to carry its tangent later).  Under ``rm.no_grad`` the result is
+    a constant, as a recording would make it.
+    """
+    trace = None
+    datas = []
+    recording = GRAD_ENABLED.get()
+    if not recording and recording is not False:
+        return None  # a step run untaped (UNTAPED): the taped path reads the nodes
+    for v in inputs:
+        if type(v) is Dual:
+            if trace is None:
+                trace = v.trace
+            elif v.trace is not trace:
+                return None
+            datas.append(v._data)
+        elif isinstance(v, Tensor):
+            if recording and v.node is not None:
+                return None
+            datas.append(v._data)
+        elif isinstance(v, (int, float)) or backend.is_array(v):
+            datas.append(v)
+        else:
+            v = as_tensor(v)
+            if type(v) is Dual or (recording and v.node is not None):
+                return None
+            datas.append(v._data)
+    if trace is None or not trace.eager:
+        return None
+    try:
+        if OPEN:  # a frame watches op evaluations (remat.selective)
+            out = evaluate(op, datas, forward_kw)
+        else:
+            out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
+    except (ValueError, TypeError) as error:
+        raise _operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
+    if type(out) is not backend.ndarray:
+        out = _output(out)
+    if not recording:
+        return Tensor._from_record(out, STEP.get())
+    rules, kw = op.jvps, rule_kw if rule_kw is not None else forward_kw
+    ns, total = backend.ARRAY_NAMESPACE, None
+    for i, v in enumerate(inputs):
+        if type(v) is Dual:
+            if rules is None:
+                raise no_tangent_rule(op)
+            rule = rules[i]
+            part = (
+                rule(ns, v.tangent, out, *datas, **kw) if kw else rule(ns, v.tangent, out, *datas)
+            )
+            total = part if total is None else total + part
+    if total.shape != out.shape:
+        total = ns.broadcast_to(total, out.shape)
+    return dual(out, total, trace)

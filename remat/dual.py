@@ -1,0 +1,199 @@
+"""Eager forward mode: values that carry their tangents (dual numbers).
+
+``rm.jvp(f, primals, tangents)`` first tries the cheapest forward mode there
+is: each input becomes a :class:`Dual`, a Tensor that also holds its tangent,
+and every op applied to a Dual computes its output's tangent at once, with the
+op's tangent rule (``jvps`` in the op table), beside its value.  Nothing is
+recorded, so a chain of small ops costs what its NumPy value and tangent cost
+plus one wrapper per op (``python -m benchmarks forward``).
+
+Some computations need the tape after all: a checkpointed loop, chain or scan
+and ``rm.checkpoint`` run their steps again with tangents, ``rm.grad`` inside
+``f`` (``rm.hvp``) records a backward whose tangent is wanted, and an op may
+meet a tensor that is itself recorded (a parameter that requires grad).  All
+of them read the Dual's ``node``, the link to the tape that every
+differentiable path reads.  That read *switches* the jvp to recording: from
+then on ops record as in reverse mode, and each Dual becomes, when it is
+first read, a leaf seeded with its tangent (:class:`Seeded`), so that
+:func:`remat.functional.forward_sweep` carries the tangents on from there.
+Tangents depend only on the values and tangents of what a computation reads,
+so where the switch happens does not change them: both paths apply the same
+rules to the same arrays in the same order, and agree bit for bit.
+
+A path that reads a Dual's value without its node makes a constant of it
+(``rm.tensor(d)``, ``d.detach()``, ``d.numpy()``), exactly as it would of a
+recorded tensor: its tangent is zero in both modes.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+from . import backend
+from .tape import StandIn
+from .tensor import Tensor
+
+_get_node = Tensor.__dict__["node"].__get__  # Tensor's own slot, under Dual's property
+_set_node = Tensor.__dict__["node"].__set__
+
+EAGER: list[Trace] = []
+"""The traces of the ``rm.jvp`` calls now running eagerly (any thread).  The
+general op paths (:func:`remat.ops.core.apply`) look for Duals only while it
+is not empty; the one- and two-input ops find them by their type, for free."""
+
+
+class Trace:
+    """One ``rm.jvp`` call's forward mode: eager until something reads a Dual's node.
+
+    ``eager`` is True while ops compute tangents at once, ``open`` until the
+    call returns (a Dual that outlives it is a constant).
+    """
+
+    __slots__ = ("eager", "open", "leaves")
+
+    def __init__(self) -> None:
+        self.eager = True
+        self.open = True
+        self.leaves: list[Seeded] = []  # what its Duals became, in order
+        EAGER.append(self)
+
+    def switch(self) -> None:
+        """From now on, record: ops on this trace's Duals take the taped path."""
+        if self.eager:
+            self.eager = False
+            EAGER.remove(self)
+
+    def close(self) -> None:
+        self.switch()
+        self.open = False
+
+    def leaf_for(self, dual: Dual) -> Seeded | None:
+        """The seeded leaf ``dual`` becomes when its node is read (None once closed)."""
+        if not self.open:
+            return None
+        self.switch()
+        leaf = Seeded(dual, self)
+        self.leaves.append(leaf)
+        return leaf
+
+    def seeds(self) -> dict[int, Any]:
+        """id(leaf) -> tangent for every Dual that became a leaf: a sweep's table."""
+        return {id(leaf): leaf.tangent for leaf in self.leaves}
+
+
+class Seeded(StandIn):
+    """The leaf a Dual becomes: it carries the Dual's tangent for its jvp's sweeps.
+
+    A forward sweep that finds no tangent for a node in its own table takes a
+    Seeded leaf's, if the leaf is of the jvp being swept (:data:`SWEEPING`): a
+    value first read while the sweep runs (a checkpointed function that reads
+    what it closes over only when recomputed) still carries its tangent, and
+    one jvp inside another never takes the outer one's tangents for its own.
+    """
+
+    __slots__ = ("tangent", "trace")
+
+    def __init__(self, dual: Dual, trace: Trace) -> None:
+        super().__init__(dual)
+        self.tangent = dual.tangent
+        self.trace = trace
+
+
+SWEEPING: ContextVar[Trace | None] = ContextVar("remat_sweeping", default=None)
+"""The trace whose recorded part is being swept forward now (in this thread)."""
+
+
+class Dual(Tensor):
+    """A Tensor of an eager ``rm.jvp`` that carries its ``tangent`` (a backend array).
+
+    >>> import numpy as np, remat as rm
+    >>> rm.jvp(lambda x: print(x) or x * x, (np.array([3.0]),), (np.array([1.0]),))
+    dual(array([3.]), tangent=array([1.]))
+    (array([9.]), array([6.]))
+    """
+
+    __slots__ = ("tangent", "trace")
+    tangent: Any
+    trace: Trace
+
+    @property
+    def node(self) -> Any:
+        """Reading the node switches the trace to recording (the module docstring)."""
+        try:
+            node = _get_node(self)
+        except AttributeError:  # made by an eager op: no node yet
+            node = None
+        if node is None:
+            node = self.trace.leaf_for(self)
+            _set_node(self, node)
+        return node
+
+    @node.setter
+    def node(self, value: Any) -> None:
+        _set_node(self, value)
+
+    @property
+    def requires_grad(self) -> bool:
+        """True while its jvp runs (it carries a tangent), read without switching."""
+        return self.trace.open or bool(node_of(self))
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        Tensor.requires_grad.fset(self, flag)  # type: ignore[attr-defined]
+
+    def _update(self, op: Any, other: Any, symbol: str) -> Tensor:
+        """``d += x`` and the like: a new value and tangent, eagerly if they stay a Dual's."""
+        if self.trace.eager and node_of(self) is None:
+            result = op(self, other)
+            if (
+                type(result) is Dual
+                and result.trace is self.trace
+                and result.shape == self.shape
+                and result.dtype == self.dtype
+            ):
+                self._data, self.tangent = result._data, result.tangent
+                return self
+        return Tensor._update(self, op, other, symbol)  # its checks and errors, recorded
+
+    def __repr__(self) -> str:
+        value, tangent = (repr(backend.to_host(a)) for a in (self._data, self.tangent))
+        return f"dual({value}, tangent={tangent})"
+
+
+def dual(value: Any, tangent: Any, trace: Trace) -> Dual:
+    """A new Dual (its node unset: read, it becomes a seeded leaf)."""
+    d = Dual.__new__(Dual)
+    d._data = value
+    d.grad = None
+    d.tangent = tangent
+    d.trace = trace
+    return d
+
+
+def tangent_in(tangents: dict[int, Any], node: Any) -> Any:
+    """The tangent of ``node`` in a sweep's table (None where none flows), or, for a
+    Dual's leaf of the jvp being swept that the table lacks, the Dual's."""
+    if not node:
+        return None
+    t = tangents.get(id(node))
+    if t is None and type(node) is Seeded and node.trace is SWEEPING.get():
+        return node.tangent
+    return t
+
+
+def node_of(t: Tensor) -> Any:
+    """``t.node``, except that a Dual's is read without making it a leaf."""
+    if type(t) is not Dual:
+        return t.node
+    try:
+        return _get_node(t)
+    except AttributeError:
+        return None
+
+
+def no_tangent_rule(op: Any) -> NotImplementedError:
+    return NotImplementedError(
+        f"rm.jvp: forward mode through `{op.name}` is not supported: the op has no "
+        "tangent rule (jvps=) in the op table"
+    )
