@@ -24,6 +24,7 @@ from .tape import (
     STEP,
     BackwardError,
     Recorder,
+    _as_tensors,
     backward_to,
     enable_grad,
     next_sequence,
@@ -292,7 +293,11 @@ def jvp(
     then records the rest of ``f`` and walks those records in the order they
     were made, applying the same rules (:func:`forward_sweep`); the tangents
     are the same bit for bit either way.  Results are arrays, in ``f``'s output
-    structure.  ``rm.checkpoint`` recomputes its function with tangents, and
+    structure, except inside ``rm.grad`` or another ``rm.jvp``, or on primals
+    or tangents that require grad: there ``f`` is recorded, its tangents are
+    computed with the rules applied to Tensors, and the results are Tensors on
+    the tape, so that the outer call differentiates them (reverse over forward,
+    forward over forward).  ``rm.checkpoint`` recomputes its function with tangents, and
     a checkpointed loop, chain or scan runs its steps again from x_0 with
     theirs (one state of memory more, not the whole chain).  A backward
     recorded inside ``f`` (``rm.grad`` of a chain: :func:`hvp`) is swept
@@ -310,6 +315,8 @@ def jvp(
     tangent_leaves, tangent_tree = flatten(tangents, _is_value)
     if tangent_tree != tree:
         raise ValueError(f"rm.jvp: tangents have structure {tangent_tree}, primals {tree}")
+    if _inside_a_transform(leaves, tangent_leaves):
+        return _differentiable_jvp(f, tree, leaves, tangent_leaves)
     trace = Trace()  # eager: each op computes its tangent at once (remat.dual) ...
     inputs = []
     try:
@@ -336,6 +343,82 @@ def jvp(
             SWEEPING.reset(sweeping)
     finally:
         trace.close()
+    return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
+
+
+def _inside_a_transform(leaves, tangent_leaves):
+    """Whether rm.jvp runs where its results must stay differentiable: inside rm.grad
+    or another rm.jvp, or on primals or tangents that are themselves recorded."""
+    if not GRAD_ENABLED.get():
+        return False
+    if GRAD_DEPTH.get() > 0 or FORWARD_MODE.get():
+        return True
+    return any(isinstance(v, Tensor) and v.node for v in (*leaves, *tangent_leaves))
+
+
+def _differentiable_jvp(f, tree, leaves, tangent_leaves):
+    """rm.jvp whose results are Tensors on the tape: f is recorded, and its tangents are
+    swept forward with the rules applied to Tensors (as a differentiated backward
+    applies its VJP rules), so that an outer rm.grad or rm.jvp differentiates both
+    the value and the tangent, with respect to the primals, the tangents and what
+    f closes over."""
+    from .ops import TENSOR_NAMESPACE, as_tensor
+
+    seeds, inputs = {}, []
+    for k, (p, t) in enumerate(zip(leaves, tangent_leaves)):
+        leaf = _target(k, p, True, "rm.jvp")  # stays connected to p's graph
+        t = as_tensor(t)
+        if t.shape != leaf.shape:
+            raise ValueError(
+                f"rm.jvp: tangent {k} has shape {t.shape} but its primal has shape {leaf.shape}"
+            )
+        seeds[id(leaf.node)] = t if t.dtype == leaf.dtype else astype(t, leaf.dtype)
+        inputs.append(leaf)
+    recorder = Recorder()
+    token = FORWARD_MODE.set(True)
+    try:
+        with recorder, enable_grad():
+            out = f(*unflatten(tree, inputs))
+    finally:
+        FORWARD_MODE.reset(token)
+    tangents = dict(seeds)
+    ns = TENSOR_NAMESPACE
+    for record in recorder.records:
+        if record.parents is None:
+            continue
+        op = record.op
+        if op.custom_tangent is not None:
+            raise NotImplementedError(
+                f"rm.jvp inside rm.grad or another rm.jvp (or on values that require grad) "
+                f"cannot go through `{op.name}`, a checkpointed loop, chain, scan or "
+                "rm.checkpoint: its tangent is computed on arrays, which would cut the "
+                "outer derivative. Differentiate the checkpointed part at the top level "
+                "(rm.hvp and rm.grad(rm.grad(f)) go through it)"
+            )
+        args, ans = _as_tensors(record)
+        total = None
+        for i, node in enumerate(record.parents):
+            t = tangents.get(id(node)) if node is not None else None
+            if t is None:
+                continue
+            if op.jvps is None:
+                raise no_tangent_rule(op)
+            kw = record.kwargs or {}
+            part = op.jvps[i](ns, t, ans, *args, **kw)
+            total = part if total is None else total + part
+        if total is not None:
+            if total.shape != record.shape:
+                total = ns.broadcast_to(total, record.shape)
+            tangents[id(record)] = total
+    outs, out_tree = flatten(out, _is_value)
+    values, out_tangents = [], []
+    for o in outs:
+        o = as_tensor(o)
+        t = tangents.get(id(o.node)) if o.node else None
+        if t is None:
+            t = Tensor._wrap(backend.zeros(o.shape, o.dtype, like=o._data))
+        values.append(o)
+        out_tangents.append(t)
     return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
 
 

@@ -226,3 +226,37 @@ def test_random_compositions_eager_equal_recorded(program, seed):
         return values[-1].sum() + values[-2]
 
     both(f, (x0, y0), (vx, vy))
+
+
+def f_sin_x(x):
+    return (rm.sin(x) * x).sum()
+
+
+def test_a_jvp_inside_a_transform_gives_tensors_it_differentiates():
+    x0, v, u = X0[0], V0[0], V0[1]
+    hv = rm.hvp(f_sin_x, (x0,), (v,))[0]
+    # reverse over forward: the gradient of J v is H v
+    np.testing.assert_allclose(rm.grad(lambda x: rm.jvp(f_sin_x, (x,), (v,))[1])(x0), hv)
+    # forward over forward: the derivative of J v along u is u . H v
+    ff = rm.jvp(lambda x: rm.jvp(f_sin_x, (x,), (v,))[1], (x0,), (u,))[1]
+    np.testing.assert_allclose(ff, u @ hv, rtol=1e-12)
+    # what f closes over, and the tangent itself, are differentiated too
+    w0 = W0[0]
+    g = rm.grad(lambda w: rm.jvp(lambda x: (x * rm.sin(w)).sum(), (x0,), (w,))[1])(w0)
+    np.testing.assert_allclose(g, np.sin(w0) + w0 * np.cos(w0), rtol=1e-12)  # of sum(w sin w)
+
+
+def test_a_jvp_of_values_that_require_grad_stays_on_the_tape():
+    p = rm.tensor(X0, requires_grad=True)
+    value, tangent = rm.jvp(rm.sin, (p,), (V0,))
+    assert value.requires_grad and tangent.requires_grad
+    (value.sum() + tangent.sum()).backward()
+    np.testing.assert_allclose(p.grad, np.cos(X0) - np.sin(X0) * V0, rtol=1e-12)
+
+
+def test_a_differentiated_jvp_through_a_checkpoint_is_refused_clearly():
+    def inner(x):
+        return rm.checkpoint(lambda h: rm.tanh(h @ W0))(x).sum()
+
+    with pytest.raises(NotImplementedError, match="cannot go through `checkpoint`"):
+        rm.grad(lambda x: rm.jvp(inner, (x,), (V0,))[1])(X0)

@@ -258,6 +258,19 @@ def test_eager_tangent_equals_the_recorded_sweeps_bit_for_bit(name):
 
 
 @pytest.mark.parametrize("name", sorted(rm.OPS))
+def test_reverse_over_forward_is_the_hessian_vector_product(name):
+    # rm.jvp inside rm.grad returns Tensors on the tape: the gradient of (J v), for a
+    # scalar f, is H v, which rm.hvp (checked against differences below) also gives
+    fn, inputs = CASES[name]
+    f = weighted(fn)
+    vs = tuple(np.random.default_rng(8).standard_normal(x.shape) for x in inputs)
+    argnums = tuple(range(len(inputs)))
+    got = rm.grad(lambda *xs: rm.jvp(f, xs, vs)[1], argnums)(*inputs)
+    for g, want in zip(got, rm.hvp(f, tuple(inputs), vs)):
+        np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(rm.OPS))
 def test_hessian_vector_product_matches_finite_differences(name):
     # forward over reverse: rm.hvp against a central difference of rm.grad
     fn, inputs = CASES[name]
