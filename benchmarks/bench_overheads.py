@@ -16,6 +16,14 @@
    Then the actions each schedule takes per step, beside checkpoint_schedules'
    and pyrevolve's revolve for the same n and s (when they are installed).
 
+   Then why the excess per step grows with the width (it is not located in
+   any one function): the tiny chain again, with a term added to the step
+   that sweeps ``N`` floats of memory in both directions, ``step(h) +
+   0.0 * c.sum()`` for a parameter ``c`` (its forward reads ``c``, its
+   backward adds into ``c.grad``), the same arithmetic in both contenders.
+   The executor's Python work per step is the same for every ``N``; if what
+   it costs grows with ``N``, it is paid in the caches NumPy has just swept.
+
 2. **Heat equation.**  Ten explicit steps of ``u_t = u_xx`` on 200 points,
    written with slicing and ``concatenate`` (fixed ends), and the gradient of
    ``sum(u_10 ** 2)``: remat against NumPy with a hand-written backward, and
@@ -188,6 +196,60 @@ def bench_tiny_steps(chain, schedule_names, repeats):
     return stores + "\n\n" + schedules_table + "\n\n" + note
 
 
+def sweeping_chain(chain, floats):
+    """loop_contenders' unrolled and store-all runs of a step that also sweeps ``floats``
+    floats of memory: ``step(h) + 0.0 * c.sum()`` with ``c`` a parameter (see the top)."""
+    step, x, (w, b) = residual_chain(chain)
+    c = rm.tensor(np.zeros(floats), requires_grad=True)
+    n = chain.steps
+
+    def sweeping(h):
+        return step(h) + c.sum() * 0.0
+
+    def gradient_of(forward):
+        def run():
+            w.grad = b.grad = c.grad = None
+            forward().sum().backward()
+            return w.grad
+
+        return run
+
+    def unrolled():
+        h = rm.tensor(x)
+        for _ in range(n):
+            h = sweeping(h)
+        return h
+
+    def looped():
+        return rm.Tape(schedule="store_all").loop(sweeping, rm.tensor(x), steps=n)
+
+    return gradient_of(unrolled), gradient_of(looped)
+
+
+def bench_cache_sweep(chain, sizes, repeats):
+    """tape.loop store_all beyond the unrolled loop, per step, as the step sweeps more memory."""
+    runs = {}
+    for floats in sizes:
+        unrolled, looped = sweeping_chain(chain, floats)
+        assert np.array_equal(looped(), unrolled()), f"sweep of {floats}: gradients differ"
+        runs[(floats, "unrolled")], runs[(floats, "loop")] = unrolled, looped
+    times = cpu_side_by_side(runs, repeats)
+    n, rows = chain.steps, []
+    for floats in sizes:
+        base, t = times[(floats, "unrolled")], times[(floats, "loop")]
+        rows.append(
+            (
+                f"{floats * 8 / 1024:.0f}",
+                f"{base / n * 1e6:.1f}",
+                f"{t / n * 1e6:.1f}",
+                f"{(t - base) / n * 1e6:+.1f}",
+                f"{t / base:.2f}x",
+            )
+        )
+    headers = ["KiB swept a step", "unrolled us/step", "tape.loop us/step", "beyond", "ratio"]
+    return table(headers, rows)
+
+
 def peer_actions(steps, snapshots):
     """Actions per step of revolve: remat, checkpoint_schedules and pyrevolve."""
     sim = schedules.simulate(schedules.Revolve(steps, snapshots))
@@ -305,7 +367,16 @@ def run(quick=False):
             bench_tiny_steps(chain, names if chain is tiny else ("revolve",), repeats),
             "",
         ]
+    sizes = (512, 32768) if quick else (4096, 32768, 131072, 262144)
     out += [
+        f"### Why wide steps cost more beyond the unrolled loop: width {tiny.width}, "
+        f"{tiny.steps} steps, each also sweeping memory",
+        "",
+        f"CPU time, medians of {repeats} interleaved repeats; each step adds "
+        "`0.0 * c.sum()` (c a parameter of N floats) in both contenders.",
+        "",
+        bench_cache_sweep(tiny, sizes, repeats),
+        "",
         "### Actions per step: revolve, n = 1000, s = 10",
         "",
         peer_actions(1000, BUDGET),

@@ -39,6 +39,7 @@ HEADERS = {
     "overheads": [
         "| contender | ms (fwd+bwd) | vs unrolled | us per step beyond |",
         "| schedule | forward_steps | ms | refined prediction ms | measured / refined |",
+        "| KiB swept a step | unrolled us/step | tape.loop us/step | beyond | ratio |",
         "| revolve of | actions | actions per step |",
         "| contender | us (10 steps) | vs hand-written fwd+bwd |",
     ],
