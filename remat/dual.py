@@ -140,6 +140,8 @@ class Dual(Tensor):
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
+        if flag and self.trace.open:  # it carries its tangent: nothing to change
+            return
         Tensor.requires_grad.fset(self, flag)  # type: ignore[attr-defined]
 
     def _update(self, op: Any, other: Any, symbol: str) -> Tensor:
@@ -154,7 +156,9 @@ class Dual(Tensor):
             ):
                 self._data, self.tangent = result._data, result.tangent
                 return self
-        return Tensor._update(self, op, other, symbol)  # its checks and errors, recorded
+            # its checks and errors, with the result made (the op is evaluated once)
+            return Tensor._update(self, lambda *_: result, other, symbol)
+        return Tensor._update(self, op, other, symbol)  # recorded
 
     def __repr__(self) -> str:
         value, tangent = (repr(backend.to_host(a)) for a in (self._data, self.tangent))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import backend, selective
+from . import backend, guard, selective
 from .dual import SWEEPING, Dual, Seeded, Trace, dual, no_tangent_rule, node_of
 from .ops import astype, identity
 from .pytree import flatten, unflatten
@@ -23,7 +23,9 @@ from .tape import (
     RECORDED_BACKWARD,
     STEP,
     BackwardError,
+    Record,
     Recorder,
+    StandIn,
     backward_to,
     enable_grad,
     next_sequence,
@@ -299,6 +301,11 @@ def jvp(
     forward too: the chain runs again under its schedule carrying tangents
     (see :class:`remat.executor.TangentRun`).
 
+    A float primal is a 0-d array; a number ``f`` returns is a constant (zero
+    tangent).  The results are arrays, so an ``rm.jvp`` inside another one or
+    inside ``rm.grad``, whose result depends on what the outer call
+    differentiates, raises NotImplementedError rather than cut that derivative.
+
     >>> import numpy as np, remat as rm
     >>> value, slope = rm.jvp(lambda x: x * x, (np.array([3.0]),), (np.array([1.0]),))
     >>> value, slope
@@ -306,10 +313,11 @@ def jvp(
     """
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
         raise TypeError("rm.jvp: primals and tangents must be tuples (one entry per argument)")
-    leaves, tree = flatten(primals, _is_value)
-    tangent_leaves, tangent_tree = flatten(tangents, _is_value)
+    leaves, tree = flatten(primals, _is_primal)
+    tangent_leaves, tangent_tree = flatten(tangents, _is_primal)
     if tangent_tree != tree:
         raise ValueError(f"rm.jvp: tangents have structure {tangent_tree}, primals {tree}")
+    within = "rm.grad" if GRAD_DEPTH.get() > 0 else "rm.jvp" if FORWARD_MODE.get() else None
     trace = Trace()  # eager: each op computes its tangent at once (remat.dual) ...
     inputs = []
     try:
@@ -322,16 +330,19 @@ def jvp(
                 )
             inputs.append(dual(data, t.astype(data.dtype, copy=False), trace))
         recorder = Recorder()  # ... until something needs the tape (then Duals become leaves)
+        floor = next_sequence()  # records made from here on are this call's (any thread's)
         token = FORWARD_MODE.set(True)  # checkpointed chains keep x_0 to run again with tangents
         try:
             with recorder, enable_grad():
                 out = f(*unflatten(tree, inputs))
         finally:
             FORWARD_MODE.reset(token)
-        outs, out_tree = flatten(out, _is_value)
+        outs, out_tree = flatten(out, _is_output)
+        if within is not None:  # a primal or a result may carry the outer derivative
+            _refuse_nested([*leaves, *outs], trace, within)
         sweeping = SWEEPING.set(trace)
         try:
-            values, out_tangents = _results(outs, trace, recorder)
+            values, out_tangents = _results(outs, trace, recorder, floor)
         finally:
             SWEEPING.reset(sweeping)
     finally:
@@ -339,11 +350,59 @@ def jvp(
     return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
 
 
-def _results(outs, trace, recorder):
-    """The values of ``outs`` (copies) and their tangents: a Dual's own, or the forward
-    sweep's over what was recorded after the switch (zeros where none flows)."""
-    tangent_of = None
-    values, out_tangents = [], []
+def _is_primal(v):
+    """A leaf of rm.jvp's primals and tangents: an array, a Tensor or a float (0-d)."""
+    return _is_value(v) or backend.is_float_scalar(v)
+
+
+def _is_output(v):
+    """A leaf of f's result with a tangent: a value, or a number (a constant: zeros)."""
+    return _is_value(v) or backend.is_number(v)
+
+
+def _refuse_nested(outs, trace, within):
+    """Raise if a primal or an output (``outs``) of a jvp run inside another jvp or
+    inside rm.grad (``within``) depends on what that outer call differentiates: the
+    results are arrays, which would cut the outer derivative silently.  Walks the
+    recorded graph from them (a checkpointed function's closure is not followed: its
+    record does not list it)."""
+    stack, seen = [], set()
+    for o in outs:
+        if type(o) is Dual and node_of(o) is None:
+            if o.trace is not trace and o.trace.open:
+                raise _nested_error("rm.jvp")
+        elif isinstance(o, Tensor) and node_of(o):
+            stack.append(node_of(o))
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Record):
+            stack.extend(p for p in node.parents or () if p)
+        elif type(node) is Seeded:
+            if node.trace is not trace and node.trace.open:
+                raise _nested_error("rm.jvp")
+        elif within == "rm.grad" or isinstance(node, StandIn):  # an input being differentiated
+            raise _nested_error(within)
+
+
+def _nested_error(within):
+    return NotImplementedError(
+        f"rm.jvp inside {within}: the inner rm.jvp's result depends on a value the outer "
+        f"{within} differentiates, but rm.jvp returns arrays, which would cut that derivative "
+        "(forward over forward and reverse over forward are not supported). Differentiate "
+        "the whole function in one call instead: rm.hvp (forward over reverse) or "
+        "rm.grad(rm.grad(f)) for second derivatives"
+    )
+
+
+def _results(outs, trace, recorder, floor):
+    """The values of ``outs`` (copies) and their tangents, each an array of its own: a
+    Dual's own, or the forward sweep's over what was recorded after the switch (zeros
+    where none flows; a number f returned is a constant)."""
+    tangent_of = listed = None
+    values, out_tangents, seen = [], [], set()
     for o in outs:
         data = o._data if isinstance(o, Tensor) else backend.asarray(o)
         node = node_of(o) if isinstance(o, Tensor) else None
@@ -351,27 +410,56 @@ def _results(outs, trace, recorder):
             t = o.tangent if o.trace is trace else None
         elif node:
             if tangent_of is None:
-                tangent_of = forward_sweep(recorder.records, trace.seeds())
+                tangent_of = forward_sweep(recorder.records, trace.seeds(), floor)
             t = tangent_of.get(id(node))
+            if t is None and isinstance(node, Record) and node.seq >= floor:
+                if listed is None:  # an output made in another thread: sweep what it reaches
+                    listed = {id(r) for r in recorder.records}
+                _sweep(_missed(node, tangent_of, listed, floor), tangent_of, floor, listed)
+                t = tangent_of.get(id(node))
         else:
             t = None
         values.append(backend.copy(data))
-        out_tangents.append(
-            t if t is not None else backend.zeros(data.shape, data.dtype, like=data)
-        )
+        if t is None:
+            t = backend.zeros(data.shape, data.dtype, like=data)
+        elif not backend.is_array(t):  # a NumPy scalar, from a full reduction
+            t = backend.asarray(t, dtype=data.dtype)
+        elif t.dtype != data.dtype:  # float32 + float64: the value's dtype, as a gradient
+            t = t.astype(data.dtype)
+        elif id(t) in seen or not backend.is_owned(t):  # shared, or a view (broadcast_to)
+            t = backend.copy(t)
+        seen.add(id(t))
+        out_tangents.append(t)
     return values, out_tangents
 
 
-def forward_sweep(records, seeds):
+def forward_sweep(records, seeds, floor=None):
     """Tangents of ``records``' outputs (id(record) -> array), in the order they were
-    made, from ``seeds`` (id(leaf node) -> tangent)."""
-    ns = backend.ARRAY_NAMESPACE
+    made, from ``seeds`` (id(leaf node) -> tangent).
+
+    Each record is first checked as backward checks it: an array it saved that was
+    changed in place since raises (remat.guard).  With ``floor`` (the sequence
+    number a jvp call began at), a record made since that an input reaches but
+    ``records`` lack, made in another thread (whose Recorder is its own), is swept
+    when it is first met, with what it reaches in turn.
+    """
     tangents = dict(seeds)
+    _sweep(records, tangents, floor, None)
+    return tangents
+
+
+def _sweep(records, tangents, floor, listed):
+    """forward_sweep's loop, filling ``tangents`` in place; ``listed`` holds the ids of
+    the records swept or to be swept (made when first needed)."""
+    ns = backend.ARRAY_NAMESPACE
     get = tangents.get
+    oldest, verified = guard.OLDEST, {}
     for record in records:
         parents = record.parents
         if parents is None:
             continue
+        if record.checks is not None or record.seq < oldest[0]:
+            record.check_saved(verified, "rm.jvp's forward sweep")
         op = record.op
         if op.custom_tangent is not None:  # a chain or checkpoint: its outputs' tangents,
             tangents[id(record)] = op.custom_tangent(record, tangents)  # closed-over ones too
@@ -384,9 +472,19 @@ def forward_sweep(records, seeds):
                 continue
             t = get(id(node))
             if t is None:
-                if type(node) is not Seeded or node.trace is not SWEEPING.get():
+                if type(node) is Seeded and node.trace is SWEEPING.get():
+                    t = node.tangent  # a Dual of the jvp being swept (remat.dual)
+                elif floor is not None and isinstance(node, Record) and node.seq >= floor:
+                    if listed is None:
+                        listed = {id(r) for r in records}
+                    if id(node) in listed:
+                        continue  # swept already: no tangent flows into it
+                    _sweep(_missed(node, tangents, listed, floor), tangents, floor, listed)
+                    t = get(id(node))
+                    if t is None:
+                        continue
+                else:
                     continue
-                t = node.tangent  # a Dual of the jvp being swept (remat.dual)
             if rules is None:
                 raise no_tangent_rule(op)
             if kw:
@@ -399,7 +497,23 @@ def forward_sweep(records, seeds):
         if total.shape != record.shape:
             total = ns.broadcast_to(total, record.shape)
         tangents[id(record)] = total
-    return tangents
+
+
+def _missed(node, tangents, listed, floor):
+    """Record ``node`` and the records made since ``floor`` that it reaches and that
+    are not ``listed`` (now added there), in the order they were made."""
+    missed, stack = [], [node]
+    while stack:
+        record = stack.pop()
+        if id(record) in listed or id(record) in tangents:
+            continue
+        listed.add(id(record))
+        missed.append(record)
+        for parent in record.parents or ():
+            if isinstance(parent, Record) and parent.seq >= floor:
+                stack.append(parent)
+    missed.sort(key=lambda record: record.seq)
+    return missed
 
 
 def hvp(f: Callable[..., Tensor], primals: tuple[PyTree, ...], tangents: tuple[PyTree, ...]) -> Any:

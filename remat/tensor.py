@@ -179,6 +179,8 @@ class Tensor:
                 f"requires_grad can only be changed on a leaf tensor; this one is the output of "
                 f"`{self.node.op.name}`. Use .detach() to make a new leaf."
             )
+        if flag and self.node:  # requires grad already (rm.grad's argument stays its own)
+            return
         if flag:
             _check_differentiable_dtype(self._data.dtype)
         self.node = Leaf(self) if flag else None
