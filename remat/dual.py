@@ -119,7 +119,10 @@ class Dual(Tensor):
 
     @property
     def node(self) -> Any:
-        """Reading the node switches the trace to recording (the module docstring)."""
+        """Reading the node switches the trace to recording (the module docstring);
+        once its jvp has returned, a Dual is a constant (None)."""
+        if not self.trace.open:
+            return None
         try:
             node = _get_node(self)
         except AttributeError:  # made by an eager op: no node yet
@@ -136,7 +139,7 @@ class Dual(Tensor):
     @property
     def requires_grad(self) -> bool:
         """True while its jvp runs (it carries a tangent), read without switching."""
-        return self.trace.open or bool(node_of(self))
+        return self.trace.open
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
@@ -190,6 +193,8 @@ def node_of(t: Tensor) -> Any:
     """``t.node``, except that a Dual's is read without making it a leaf."""
     if type(t) is not Dual:
         return t.node
+    if not t.trace.open:
+        return None
     try:
         return _get_node(t)
     except AttributeError:

@@ -240,3 +240,23 @@ def test_requires_grad_false_on_an_input_makes_it_a_constant_in_both_modes():
 
     np.testing.assert_array_equal(rm.grad(f)(X), np.zeros_like(X))
     assert float(rm.jvp(f, (X,), (V,))[1]) == 0.0
+
+
+def test_a_dual_that_outlives_its_jvp_is_a_constant_even_after_the_switch():
+    # Finding 12 (low; fixed): a Dual kept past its rm.jvp was a constant only if
+    # its call never switched to recording; one that had become a seeded leaf kept
+    # that node: it still required grad, and rm.grad of it recorded its backward
+    # and returned a Tensor (as for a tensor differentiated in an outer call).
+    w, kept = rm.tensor(W, requires_grad=True), []
+
+    def f(x):
+        y = x * 2.0  # eager
+        kept.extend([x, y])
+        return (x @ w) * y  # switches: x and y become seeded leaves
+
+    rm.jvp(f, (X,), (V,))
+    for d in kept:
+        assert type(d) is Dual and not d.requires_grad and d.node is None
+        g = rm.grad(lambda y: (y * y).sum())(d)
+        assert type(g) is np.ndarray
+        np.testing.assert_array_equal(g, 2 * d.numpy())
