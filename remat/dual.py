@@ -180,13 +180,36 @@ def dual(value: Any, tangent: Any, trace: Trace) -> Dual:
 
 def tangent_in(tangents: dict[int, Any], node: Any) -> Any:
     """The tangent of ``node`` in a sweep's table (None where none flows), or, for a
-    Dual's leaf of the jvp being swept that the table lacks, the Dual's."""
+    Dual's leaf that the table lacks, :func:`seeded_tangent`."""
     if not node:
         return None
     t = tangents.get(id(node))
-    if t is None and type(node) is Seeded and node.trace is SWEEPING.get():
-        return node.tangent
+    if t is None and type(node) is Seeded:
+        return seeded_tangent(node)
     return t
+
+
+def seeded_tangent(leaf: Seeded) -> Any:
+    """The tangent a sweep takes for a Dual's ``leaf`` its table lacks: the Dual's, if
+    the leaf is of the jvp being swept; None for one of a jvp that has returned (a
+    constant).  A leaf of another jvp still running, met while a jvp inside it is
+    swept, raises: the inner jvp's arrays would cut the outer one's tangent."""
+    sweeping = SWEEPING.get()
+    if leaf.trace is sweeping:
+        return leaf.tangent
+    if sweeping is not None and leaf.trace.open:
+        raise nested_error("rm.jvp")
+    return None
+
+
+def nested_error(within: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"rm.jvp inside {within}: the inner rm.jvp's result depends on a value the outer "
+        f"{within} differentiates, but rm.jvp returns arrays, which would cut that derivative "
+        "(forward over forward and reverse over forward are not supported). Differentiate "
+        "the whole function in one call instead: rm.hvp (forward over reverse) or "
+        "rm.grad(rm.grad(f)) for second derivatives"
+    )
 
 
 def node_of(t: Tensor) -> Any:

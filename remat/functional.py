@@ -13,7 +13,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import backend, guard, selective
-from .dual import SWEEPING, Dual, Seeded, Trace, dual, no_tangent_rule, node_of
+from .dual import (
+    SWEEPING,
+    Dual,
+    Seeded,
+    Trace,
+    dual,
+    nested_error,
+    no_tangent_rule,
+    node_of,
+    seeded_tangent,
+)
 from .ops import astype, identity
 from .pytree import flatten, unflatten
 from .tape import (
@@ -370,7 +380,7 @@ def _refuse_nested(outs, trace, within):
     for o in outs:
         if type(o) is Dual and node_of(o) is None:
             if o.trace is not trace and o.trace.open:
-                raise _nested_error("rm.jvp")
+                raise nested_error("rm.jvp")
         elif isinstance(o, Tensor) and node_of(o):
             stack.append(node_of(o))
     while stack:
@@ -382,19 +392,9 @@ def _refuse_nested(outs, trace, within):
             stack.extend(p for p in node.parents or () if p)
         elif type(node) is Seeded:
             if node.trace is not trace and node.trace.open:
-                raise _nested_error("rm.jvp")
+                raise nested_error("rm.jvp")
         elif within == "rm.grad" or isinstance(node, StandIn):  # an input being differentiated
-            raise _nested_error(within)
-
-
-def _nested_error(within):
-    return NotImplementedError(
-        f"rm.jvp inside {within}: the inner rm.jvp's result depends on a value the outer "
-        f"{within} differentiates, but rm.jvp returns arrays, which would cut that derivative "
-        "(forward over forward and reverse over forward are not supported). Differentiate "
-        "the whole function in one call instead: rm.hvp (forward over reverse) or "
-        "rm.grad(rm.grad(f)) for second derivatives"
-    )
+            raise nested_error(within)
 
 
 def _results(outs, trace, recorder, floor):
@@ -472,8 +472,10 @@ def _sweep(records, tangents, floor, listed):
                 continue
             t = get(id(node))
             if t is None:
-                if type(node) is Seeded and node.trace is SWEEPING.get():
-                    t = node.tangent  # a Dual of the jvp being swept (remat.dual)
+                if type(node) is Seeded:
+                    t = seeded_tangent(node)  # a Dual of the jvp being swept (remat.dual)
+                    if t is None:
+                        continue
                 elif floor is not None and isinstance(node, Record) and node.seq >= floor:
                     if listed is None:
                         listed = {id(r) for r in records}
