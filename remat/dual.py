@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import backend
-from .tape import StandIn
+from .tape import Record, StandIn
 from .tensor import Tensor
 
 _get_node = Tensor.__dict__["node"].__get__  # Tensor's own slot, under Dual's property
@@ -50,12 +50,13 @@ class Trace:
     call returns (a Dual that outlives it is a constant).
     """
 
-    __slots__ = ("eager", "open", "leaves")
+    __slots__ = ("eager", "open", "leaves", "inputs")
 
     def __init__(self) -> None:
         self.eager = True
         self.open = True
         self.leaves: list[Seeded] = []  # what its Duals became, in order
+        self.inputs: set[int] = set()  # ids of its inputs that are leaves still (no x += ...)
         EAGER.append(self)
 
     def switch(self) -> None:
@@ -143,9 +144,23 @@ class Dual(Tensor):
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
-        if flag and self.trace.open:  # it carries its tangent: nothing to change
-            return
-        Tensor.requires_grad.fset(self, flag)  # type: ignore[attr-defined]
+        """As on rm.grad's argument, while its jvp runs: True changes nothing (it carries
+        its tangent), False makes an input a constant from here on (a zero tangent), and
+        is refused on what an op made (not a leaf)."""
+        trace = self.trace
+        if not trace.open:
+            Tensor.requires_grad.fset(self, flag)  # type: ignore[attr-defined]
+        elif not flag:
+            node = node_of(self)
+            if id(self) not in trace.inputs or type(node) is Record:
+                made_by = f"`{node.op.name}`" if type(node) is Record else "an op"
+                raise ValueError(
+                    f"requires_grad can only be changed on a leaf tensor; this one is the "
+                    f"output of {made_by} (inside rm.jvp). Use .detach() to make a new leaf."
+                )
+            trace.inputs.discard(id(self))
+            self.tangent = backend.zeros(self.shape, self.tangent.dtype, like=self.tangent)
+            _set_node(self, None)  # read again, it becomes a leaf with the zero tangent
 
     def _update(self, op: Any, other: Any, symbol: str) -> Tensor:
         """``d += x`` and the like: a new value and tangent, eagerly if they stay a Dual's."""
@@ -158,6 +173,7 @@ class Dual(Tensor):
                 and result.dtype == self.dtype
             ):
                 self._data, self.tangent = result._data, result.tangent
+                self.trace.inputs.discard(id(self))  # an op's result now, as when recorded
                 return self
             # its checks and errors, with the result made (the op is evaluated once)
             return Tensor._update(self, lambda *_: result, other, symbol)

@@ -339,6 +339,7 @@ def jvp(
                     f"rm.jvp: tangent {k} has shape {t.shape} but its primal has shape {data.shape}"
                 )
             inputs.append(dual(data, t.astype(data.dtype, copy=False), trace))
+            trace.inputs.add(id(inputs[-1]))
         recorder = Recorder()  # ... until something needs the tape (then Duals become leaves)
         floor = next_sequence()  # records made from here on are this call's (any thread's)
         token = FORWARD_MODE.set(True)  # checkpointed chains keep x_0 to run again with tangents

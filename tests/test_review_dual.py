@@ -99,6 +99,29 @@ def test_records_made_in_another_thread_carry_their_tangents():
     np.testing.assert_allclose(tangent, want, rtol=1e-12)
     np.testing.assert_array_equal(rm.jvp(recorded(f), (X,), (V,))[1], tangent)
 
+    def made_there(x):  # the output itself recorded in the worker
+        out = {}
+        worker = threading.Thread(target=lambda: out.setdefault("y", rm.tanh(x @ w)))
+        worker.start()
+        worker.join()
+        return out["y"]
+
+    tangent = rm.jvp(made_there, (X,), (V,))[1]
+    np.testing.assert_allclose(tangent, (1 - np.tanh(X @ W) ** 2) * (V @ W), rtol=1e-12)
+
+    def loop_there(x):  # a checkpointed loop in the worker is refused, saying why
+        out = {}
+        step = lambda h: rm.tanh(h @ w)  # noqa: E731
+        worker = threading.Thread(
+            target=lambda: out.setdefault("y", rm.Tape(snapshots=1).loop(step, x, steps=3))
+        )
+        worker.start()
+        worker.join()
+        return out["y"]
+
+    with pytest.raises(NotImplementedError, match="a thread started inside rm.jvp"):
+        rm.jvp(loop_there, (X,), (V,))
+
 
 def test_float_primals_and_number_outputs_get_true_tangents():
     # Finding 4 (high; fixed): numbers were static pytree leaves.  A float primal
@@ -232,21 +255,38 @@ def test_setting_requires_grad_on_what_is_differentiated_keeps_it_differentiated
     assert w.grad is not None and w.requires_grad
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Dual's requires_grad = False empties its node, and the Dual becomes a "
-    "seeded leaf again, with its tangent, when next read",
-)
 def test_requires_grad_false_on_an_input_makes_it_a_constant_in_both_modes():
-    # Finding 11 (low; open): in reverse mode `x.requires_grad = False` makes rm.grad's
-    # argument a constant (zero gradient); inside rm.jvp the Dual keeps carrying its
-    # tangent, so the two modes disagree on the same function.
+    # Finding 11 (low; fixed): in reverse mode `x.requires_grad = False` makes rm.grad's
+    # argument a constant (zero gradient); inside rm.jvp the Dual emptied its node and
+    # became a seeded leaf again, with its tangent, when next read: the two modes
+    # disagreed on one function.  On what an op made, the recorded path refused it
+    # (not a leaf) and the eager path let it pass.  Now as in reverse mode, both paths.
     def f(x):
+        y = rm.sin(x) * 2.0  # made before: keeps its tangent
         x.requires_grad = False
-        return (rm.sin(x) * 2.0).sum()
+        return (y + rm.sin(x) * 2.0).sum()
 
-    np.testing.assert_array_equal(rm.grad(f)(X), np.zeros_like(X))
-    assert float(rm.jvp(f, (X,), (V,))[1]) == 0.0
+    np.testing.assert_allclose(rm.grad(f)(X), 2 * np.cos(X), rtol=1e-12)
+    tangent = rm.jvp(f, (X,), (V,))[1]
+    np.testing.assert_allclose(tangent, (2 * np.cos(X) * V).sum(), rtol=1e-12)
+    np.testing.assert_array_equal(rm.jvp(recorded(f), (X,), (V,))[1], tangent)
+
+    def not_a_leaf(x):
+        y = x * 2.0
+        y.requires_grad = False
+        return y
+
+    def updated(x):
+        x += 1.0
+        x.requires_grad = False
+        return x
+
+    for g in (not_a_leaf, updated):
+        for h in (g, recorded(g)):
+            with pytest.raises(ValueError, match="requires_grad can only be changed on a leaf"):
+                rm.jvp(h, (X,), (V,))
+        with pytest.raises(ValueError, match="requires_grad can only be changed on a leaf"):
+            rm.grad(lambda x, g=g: g(x).sum())(X)
 
 
 def test_a_dual_that_outlives_its_jvp_is_a_constant_even_after_the_switch():
