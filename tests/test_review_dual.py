@@ -387,3 +387,37 @@ def test_switching_at_any_step_changes_no_bit_of_the_tangents(program, switch_at
         up = rm.jvp(make(None), (x0 + eps * vx, y0 + eps * vy), (vx, vy))[0]
         down = rm.jvp(make(None), (x0 - eps * vx, y0 - eps * vy), (vx, vy))[0]
         np.testing.assert_allclose(tangent, (up - down) / (2 * eps), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rm.jvp returns arrays; at top level (no rm.grad, no outer rm.jvp) nothing tells "
+    "it that the step or primal it reads will be differentiated by a later backward",
+)
+@pytest.mark.parametrize("where", ["loop", "checkpoint", "primal"])
+def test_a_jvp_whose_primal_will_be_differentiated_by_backward_is_exact_or_raises(where):
+    # Finding 13 (high; open, older than dual numbers): a jvp of a value that requires
+    # grad, inside a checkpointed step or called directly, detaches it; a later
+    # backward() through the step gets no gradient through the jvp's result: here
+    # x.grad is 1 where it is 1 - 0.1 sin(x) v.  The check of findings 7-8 covers
+    # rm.grad and an outer rm.jvp only: a loop on a constant state also tapes its
+    # steps on StandIns, so refusing a StandIn here would refuse loops that nothing
+    # differentiates; refusing primals that require grad would change rm.jvp's
+    # contract (torch.autograd.functional.jvp also detaches without create_graph).
+    x = rm.tensor(X, requires_grad=True)
+
+    def step(h):
+        return h + rm.tensor(rm.jvp(rm.sin, (h,), (V,))[1]) * 0.1
+
+    try:
+        if where == "loop":
+            with rm.Tape(snapshots=2) as tape:
+                y = tape.loop(step, x, steps=1)
+        elif where == "checkpoint":
+            y = rm.checkpoint(step)(x)
+        else:
+            y = step(x)
+        y.sum().backward()
+    except NotImplementedError:
+        return  # a clear refusal would do
+    np.testing.assert_allclose(x.grad, 1 - 0.1 * np.sin(X) * V, rtol=1e-12)
