@@ -40,8 +40,8 @@ def central(f, primals, tangents, eps=1e-6):
 
 
 @pytest.mark.parametrize("path", ["eager", "recorded"])
-@pytest.mark.parametrize("given", ["neither", "weight", "both"])
-def test_layer_norm_without_weight_or_bias_runs_in_forward_mode(path, given):
+@pytest.mark.parametrize("params", ["neither", "weight", "both"])
+def test_layer_norm_without_weight_or_bias_runs_in_forward_mode(path, params):
     # Finding 1 (medium; fixed): dual_apply made a Tensor of every operand that is
     # not a Tensor, an array or a number, so layer_norm's None (no weight, no bias)
     # became an object array: rm.jvp(lambda x: rm.layer_norm(x), ...) raised a
@@ -49,9 +49,9 @@ def test_layer_norm_without_weight_or_bias_runs_in_forward_mode(path, given):
     w0, b0 = W[0], W[1]
 
     def f(x):
-        if given == "neither":
+        if params == "neither":
             return rm.layer_norm(x)
-        if given == "weight":
+        if params == "weight":
             return rm.layer_norm(x, w0)
         return rm.layer_norm(x, w0, b0)
 
