@@ -179,6 +179,20 @@ class Dual(Tensor):
             return Tensor._update(self, lambda *_: result, other, symbol)
         return Tensor._update(self, op, other, symbol)  # recorded
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+        """Refused while its jvp runs, as on a value rm.grad differentiates (the copy,
+        a Dual of a copied trace, carried a tangent nobody swept: zero); a constant
+        copy once the call has returned."""
+        if self.trace.open:
+            raise RuntimeError(
+                f"copy.deepcopy of a value inside rm.jvp (shape {self.shape}, it carries a "
+                "tangent): the copy would be cut from it. Use `x * 1.0` for a copy that "
+                "keeps it, or x.detach() (rm.tensor(x)) for a constant one"
+            )
+        copied = Tensor._wrap(backend.copy(self._data))
+        memo[id(self)] = copied
+        return copied
+
     def __repr__(self) -> str:
         value, tangent = (repr(backend.to_host(a)) for a in (self._data, self.tangent))
         return f"dual({value}, tangent={tangent})"

@@ -421,3 +421,37 @@ def test_a_jvp_whose_primal_will_be_differentiated_by_backward_is_exact_or_raise
     except NotImplementedError:
         return  # a clear refusal would do
     np.testing.assert_allclose(x.grad, 1 - 0.1 * np.sin(X) * V, rtol=1e-12)
+
+
+def test_deepcopy_keeps_gradients_where_they_belong_or_refuses():
+    # Finding 14 (high; fixed; reverse mode too): copy.deepcopy copied a Tensor's
+    # slots, node included.  A user's leaf's copy kept a Leaf pointing back at the
+    # original (a weak reference copies as itself): backward through the copy added
+    # its gradient into the original's .grad and left the copy's None.  Inside rm.grad
+    # the copy of the argument got a copied StandIn (zero gradient, silently), and
+    # inside rm.jvp a Dual's copy got a copied Trace that nobody swept (zero tangent).
+    import copy
+
+    p = rm.tensor(X, requires_grad=True)
+    q = copy.deepcopy(p)
+    (q * 2.0).sum().backward()
+    assert p.grad is None and q.requires_grad
+    np.testing.assert_array_equal(q.grad, np.full_like(X, 2.0))
+    c = copy.deepcopy({"a": rm.tensor(X), "p": q})  # constants stay constants; .grad copied
+    assert not c["a"].requires_grad and not np.shares_memory(c["a"].numpy(), X)
+    np.testing.assert_array_equal(c["p"].grad, q.grad)
+    for f in (
+        lambda x: copy.deepcopy(x) * 2.0,
+        lambda x: copy.deepcopy(x * 1.0) * 2.0,
+        lambda x: copy.deepcopy(rm.sin(x @ rm.tensor(W, requires_grad=True))),
+    ):
+        for g in (f, recorded(f)):
+            with pytest.raises(RuntimeError, match="copy.deepcopy of a"):
+                rm.jvp(g, (X,), (V,))
+        with pytest.raises(RuntimeError, match="copy.deepcopy of a"):
+            rm.grad(lambda x, f=f: f(x).sum())(X)
+    kept = []
+    rm.jvp(lambda x: kept.append(x) or x * 1.0, (X,), (V,))
+    later = copy.deepcopy(kept[0])  # a Dual past its call: a constant copy
+    assert type(later) is rm.Tensor and not later.requires_grad
+    np.testing.assert_array_equal(later.numpy(), X)
