@@ -233,12 +233,16 @@ def seeded_tangent(leaf: Seeded) -> Any:
 
 
 def nested_error(within: str) -> NotImplementedError:
+    """The refusal of an rm.jvp inside ``within`` (rm.jvp or rm.grad) whose result
+    depends on what that outer call differentiates."""
+    also = " (or on a tensor that requires grad)" if within == "rm.grad" else ""
     return NotImplementedError(
         f"rm.jvp inside {within}: the inner rm.jvp's result depends on a value the outer "
-        f"{within} differentiates, but rm.jvp returns arrays, which would cut that derivative "
-        "(forward over forward and reverse over forward are not supported). Differentiate "
-        "the whole function in one call instead: rm.hvp (forward over reverse) or "
-        "rm.grad(rm.grad(f)) for second derivatives"
+        f"{within} differentiates{also}, but rm.jvp returns arrays, which would cut that "
+        "derivative: forward over forward and reverse over forward are not supported. "
+        "Differentiate the whole function in one call (rm.hvp is forward over reverse, "
+        "rm.grad(rm.grad(f)) reverse over reverse), or give the inner call .detach()ed "
+        "values where no outer derivative is wanted"
     )
 
 
