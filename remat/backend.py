@@ -152,6 +152,16 @@ def is_array(value: object) -> TypeGuard[Array]:
     return isinstance(value, np.ndarray) or _is_cupy(value)
 
 
+def is_number(value: object) -> bool:
+    """A Python or NumPy number (a bool too), not an array."""
+    return isinstance(value, (int, float, complex, np.number, np.bool_))
+
+
+def is_float_scalar(value: object) -> bool:
+    """A Python float or a NumPy floating-point scalar."""
+    return isinstance(value, (float, np.floating))
+
+
 def is_floating(dtype: DTypeLike) -> bool:
     return np.issubdtype(dtype, np.floating)
 

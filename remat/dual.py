@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import backend
-from .tape import StandIn
+from .tape import Record, StandIn
 from .tensor import Tensor
 
 _get_node = Tensor.__dict__["node"].__get__  # Tensor's own slot, under Dual's property
@@ -50,12 +50,13 @@ class Trace:
     call returns (a Dual that outlives it is a constant).
     """
 
-    __slots__ = ("eager", "open", "leaves")
+    __slots__ = ("eager", "open", "leaves", "inputs")
 
     def __init__(self) -> None:
         self.eager = True
         self.open = True
         self.leaves: list[Seeded] = []  # what its Duals became, in order
+        self.inputs: set[int] = set()  # ids of its inputs that are leaves still (no x += ...)
         EAGER.append(self)
 
     def switch(self) -> None:
@@ -119,7 +120,10 @@ class Dual(Tensor):
 
     @property
     def node(self) -> Any:
-        """Reading the node switches the trace to recording (the module docstring)."""
+        """Reading the node switches the trace to recording (the module docstring);
+        once its jvp has returned, a Dual is a constant (None)."""
+        if not self.trace.open:
+            return None
         try:
             node = _get_node(self)
         except AttributeError:  # made by an eager op: no node yet
@@ -136,11 +140,27 @@ class Dual(Tensor):
     @property
     def requires_grad(self) -> bool:
         """True while its jvp runs (it carries a tangent), read without switching."""
-        return self.trace.open or bool(node_of(self))
+        return self.trace.open
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
-        Tensor.requires_grad.fset(self, flag)  # type: ignore[attr-defined]
+        """As on rm.grad's argument, while its jvp runs: True changes nothing (it carries
+        its tangent), False makes an input a constant from here on (a zero tangent), and
+        is refused on what an op made (not a leaf)."""
+        trace = self.trace
+        if not trace.open:
+            Tensor.requires_grad.fset(self, flag)  # type: ignore[attr-defined]
+        elif not flag:
+            node = node_of(self)
+            if id(self) not in trace.inputs or type(node) is Record:
+                made_by = f"`{node.op.name}`" if type(node) is Record else "an op"
+                raise ValueError(
+                    f"requires_grad can only be changed on a leaf tensor; this one is the "
+                    f"output of {made_by} (inside rm.jvp). Use .detach() to make a new leaf."
+                )
+            trace.inputs.discard(id(self))
+            self.tangent = backend.zeros(self.shape, self.tangent.dtype, like=self.tangent)
+            _set_node(self, None)  # read again, it becomes a leaf with the zero tangent
 
     def _update(self, op: Any, other: Any, symbol: str) -> Tensor:
         """``d += x`` and the like: a new value and tangent, eagerly if they stay a Dual's."""
@@ -153,8 +173,25 @@ class Dual(Tensor):
                 and result.dtype == self.dtype
             ):
                 self._data, self.tangent = result._data, result.tangent
+                self.trace.inputs.discard(id(self))  # an op's result now, as when recorded
                 return self
-        return Tensor._update(self, op, other, symbol)  # its checks and errors, recorded
+            # its checks and errors, with the result made (the op is evaluated once)
+            return Tensor._update(self, lambda *_: result, other, symbol)
+        return Tensor._update(self, op, other, symbol)  # recorded
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+        """Refused while its jvp runs, as on a value rm.grad differentiates (the copy,
+        a Dual of a copied trace, carried a tangent nobody swept: zero); a constant
+        copy once the call has returned."""
+        if self.trace.open:
+            raise RuntimeError(
+                f"copy.deepcopy of a value inside rm.jvp (shape {self.shape}, it carries a "
+                "tangent): the copy would be cut from it. Use `x * 1.0` for a copy that "
+                "keeps it, or x.detach() (rm.tensor(x)) for a constant one"
+            )
+        copied = Tensor._wrap(backend.copy(self._data))
+        memo[id(self)] = copied
+        return copied
 
     def __repr__(self) -> str:
         value, tangent = (repr(backend.to_host(a)) for a in (self._data, self.tangent))
@@ -173,19 +210,48 @@ def dual(value: Any, tangent: Any, trace: Trace) -> Dual:
 
 def tangent_in(tangents: dict[int, Any], node: Any) -> Any:
     """The tangent of ``node`` in a sweep's table (None where none flows), or, for a
-    Dual's leaf of the jvp being swept that the table lacks, the Dual's."""
+    Dual's leaf that the table lacks, :func:`seeded_tangent`."""
     if not node:
         return None
     t = tangents.get(id(node))
-    if t is None and type(node) is Seeded and node.trace is SWEEPING.get():
-        return node.tangent
+    if t is None and type(node) is Seeded:
+        return seeded_tangent(node)
     return t
+
+
+def seeded_tangent(leaf: Seeded) -> Any:
+    """The tangent a sweep takes for a Dual's ``leaf`` its table lacks: the Dual's, if
+    the leaf is of the jvp being swept; None for one of a jvp that has returned (a
+    constant).  A leaf of another jvp still running, met while a jvp inside it is
+    swept, raises: the inner jvp's arrays would cut the outer one's tangent."""
+    sweeping = SWEEPING.get()
+    if leaf.trace is sweeping:
+        return leaf.tangent
+    if sweeping is not None and leaf.trace.open:
+        raise nested_error("rm.jvp")
+    return None
+
+
+def nested_error(within: str) -> NotImplementedError:
+    """The refusal of an eager rm.jvp whose sweep meets a value of another rm.jvp still
+    running: the inner one was run outside the outer one's context (in a thread it
+    started), where it cannot know to give Tensors, and its arrays would cut the
+    outer tangent."""
+    return NotImplementedError(
+        f"rm.jvp: a value of another {within} still running reached this call, which "
+        "runs outside that call's context (a thread started inside it), so it returns "
+        "arrays, which would cut the outer derivative. Run it in the outer call's "
+        "context (contextvars.copy_context().run in the thread), where rm.jvp returns "
+        "Tensors the outer call differentiates, or give it .detach()ed values"
+    )
 
 
 def node_of(t: Tensor) -> Any:
     """``t.node``, except that a Dual's is read without making it a leaf."""
     if type(t) is not Dual:
         return t.node
+    if not t.trace.open:
+        return None
     try:
         return _get_node(t)
     except AttributeError:

@@ -668,7 +668,8 @@ def _chain_tangent(record, tangents):
     if run.start is None:
         raise NotImplementedError(
             "rm.jvp: this checkpointed chain was run outside rm.jvp, so it did not keep "
-            "its initial state"
+            "its initial state (a thread started inside rm.jvp runs outside it: run the "
+            "chain in the thread that called rm.jvp)"
         )
     return run.tangents(record.parents, tangents)
 

@@ -12,8 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import backend, selective
-from .dual import SWEEPING, Dual, Seeded, Trace, dual, no_tangent_rule, node_of
+from . import backend, guard, selective
+from .dual import (
+    SWEEPING,
+    Dual,
+    Seeded,
+    Trace,
+    dual,
+    no_tangent_rule,
+    node_of,
+    seeded_tangent,
+)
 from .ops import astype, identity
 from .pytree import flatten, unflatten
 from .tape import (
@@ -23,6 +32,7 @@ from .tape import (
     RECORDED_BACKWARD,
     STEP,
     BackwardError,
+    Record,
     Recorder,
     _as_tensors,
     backward_to,
@@ -304,6 +314,9 @@ def jvp(
     forward too: the chain runs again under its schedule carrying tangents
     (see :class:`remat.executor.TangentRun`).
 
+    A float primal is a 0-d array; a number ``f`` returns is a constant (zero
+    tangent).
+
     >>> import numpy as np, remat as rm
     >>> value, slope = rm.jvp(lambda x: x * x, (np.array([3.0]),), (np.array([1.0]),))
     >>> value, slope
@@ -311,8 +324,8 @@ def jvp(
     """
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
         raise TypeError("rm.jvp: primals and tangents must be tuples (one entry per argument)")
-    leaves, tree = flatten(primals, _is_value)
-    tangent_leaves, tangent_tree = flatten(tangents, _is_value)
+    leaves, tree = flatten(primals, _is_primal)
+    tangent_leaves, tangent_tree = flatten(tangents, _is_primal)
     if tangent_tree != tree:
         raise ValueError(f"rm.jvp: tangents have structure {tangent_tree}, primals {tree}")
     if _inside_a_transform(leaves, tangent_leaves):
@@ -328,17 +341,19 @@ def jvp(
                     f"rm.jvp: tangent {k} has shape {t.shape} but its primal has shape {data.shape}"
                 )
             inputs.append(dual(data, t.astype(data.dtype, copy=False), trace))
+            trace.inputs.add(id(inputs[-1]))
         recorder = Recorder()  # ... until something needs the tape (then Duals become leaves)
+        floor = next_sequence()  # records made from here on are this call's (any thread's)
         token = FORWARD_MODE.set(True)  # checkpointed chains keep x_0 to run again with tangents
         try:
             with recorder, enable_grad():
                 out = f(*unflatten(tree, inputs))
         finally:
             FORWARD_MODE.reset(token)
-        outs, out_tree = flatten(out, _is_value)
+        outs, out_tree = flatten(out, _is_output)
         sweeping = SWEEPING.set(trace)
         try:
-            values, out_tangents = _results(outs, trace, recorder)
+            values, out_tangents = _results(outs, trace, recorder, floor)
         finally:
             SWEEPING.reset(sweeping)
     finally:
@@ -410,7 +425,7 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
             if total.shape != record.shape:
                 total = ns.broadcast_to(total, record.shape)
             tangents[id(record)] = total
-    outs, out_tree = flatten(out, _is_value)
+    outs, out_tree = flatten(out, _is_output)
     values, out_tangents = [], []
     for o in outs:
         o = as_tensor(o)
@@ -422,11 +437,22 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
     return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
 
 
-def _results(outs, trace, recorder):
-    """The values of ``outs`` (copies) and their tangents: a Dual's own, or the forward
-    sweep's over what was recorded after the switch (zeros where none flows)."""
-    tangent_of = None
-    values, out_tangents = [], []
+def _is_primal(v):
+    """A leaf of rm.jvp's primals and tangents: an array, a Tensor or a float (0-d)."""
+    return _is_value(v) or backend.is_float_scalar(v)
+
+
+def _is_output(v):
+    """A leaf of f's result with a tangent: a value, or a number (a constant: zeros)."""
+    return _is_value(v) or backend.is_number(v)
+
+
+def _results(outs, trace, recorder, floor):
+    """The values of ``outs`` (copies) and their tangents, each an array of its own: a
+    Dual's own, or the forward sweep's over what was recorded after the switch (zeros
+    where none flows; a number f returned is a constant)."""
+    tangent_of = listed = None
+    values, out_tangents, seen = [], [], set()
     for o in outs:
         data = o._data if isinstance(o, Tensor) else backend.asarray(o)
         node = node_of(o) if isinstance(o, Tensor) else None
@@ -434,27 +460,56 @@ def _results(outs, trace, recorder):
             t = o.tangent if o.trace is trace else None
         elif node:
             if tangent_of is None:
-                tangent_of = forward_sweep(recorder.records, trace.seeds())
+                tangent_of = forward_sweep(recorder.records, trace.seeds(), floor)
             t = tangent_of.get(id(node))
+            if t is None and isinstance(node, Record) and node.seq >= floor:
+                if listed is None:  # an output made in another thread: sweep what it reaches
+                    listed = {id(r) for r in recorder.records}
+                _sweep(_missed(node, tangent_of, listed, floor), tangent_of, floor, listed)
+                t = tangent_of.get(id(node))
         else:
             t = None
         values.append(backend.copy(data))
-        out_tangents.append(
-            t if t is not None else backend.zeros(data.shape, data.dtype, like=data)
-        )
+        if t is None:
+            t = backend.zeros(data.shape, data.dtype, like=data)
+        elif not backend.is_array(t):  # a NumPy scalar, from a full reduction
+            t = backend.asarray(t, dtype=data.dtype)
+        elif t.dtype != data.dtype:  # float32 + float64: the value's dtype, as a gradient
+            t = t.astype(data.dtype)
+        elif id(t) in seen or not backend.is_owned(t):  # shared, or a view (broadcast_to)
+            t = backend.copy(t)
+        seen.add(id(t))
+        out_tangents.append(t)
     return values, out_tangents
 
 
-def forward_sweep(records, seeds):
+def forward_sweep(records, seeds, floor=None):
     """Tangents of ``records``' outputs (id(record) -> array), in the order they were
-    made, from ``seeds`` (id(leaf node) -> tangent)."""
-    ns = backend.ARRAY_NAMESPACE
+    made, from ``seeds`` (id(leaf node) -> tangent).
+
+    Each record is first checked as backward checks it: an array it saved that was
+    changed in place since raises (remat.guard).  With ``floor`` (the sequence
+    number a jvp call began at), a record made since that an input reaches but
+    ``records`` lack, made in another thread (whose Recorder is its own), is swept
+    when it is first met, with what it reaches in turn.
+    """
     tangents = dict(seeds)
+    _sweep(records, tangents, floor, None)
+    return tangents
+
+
+def _sweep(records, tangents, floor, listed):
+    """forward_sweep's loop, filling ``tangents`` in place; ``listed`` holds the ids of
+    the records swept or to be swept (made when first needed)."""
+    ns = backend.ARRAY_NAMESPACE
     get = tangents.get
+    oldest, verified = guard.OLDEST, {}
     for record in records:
         parents = record.parents
         if parents is None:
             continue
+        if record.checks is not None or record.seq < oldest[0]:
+            record.check_saved(verified, "rm.jvp's forward sweep")
         op = record.op
         if op.custom_tangent is not None:  # a chain or checkpoint: its outputs' tangents,
             tangents[id(record)] = op.custom_tangent(record, tangents)  # closed-over ones too
@@ -467,9 +522,21 @@ def forward_sweep(records, seeds):
                 continue
             t = get(id(node))
             if t is None:
-                if type(node) is not Seeded or node.trace is not SWEEPING.get():
+                if type(node) is Seeded:
+                    t = seeded_tangent(node)  # a Dual of the jvp being swept (remat.dual)
+                    if t is None:
+                        continue
+                elif floor is not None and isinstance(node, Record) and node.seq >= floor:
+                    if listed is None:
+                        listed = {id(r) for r in records}
+                    if id(node) in listed:
+                        continue  # swept already: no tangent flows into it
+                    _sweep(_missed(node, tangents, listed, floor), tangents, floor, listed)
+                    t = get(id(node))
+                    if t is None:
+                        continue
+                else:
                     continue
-                t = node.tangent  # a Dual of the jvp being swept (remat.dual)
             if rules is None:
                 raise no_tangent_rule(op)
             if kw:
@@ -482,7 +549,23 @@ def forward_sweep(records, seeds):
         if total.shape != record.shape:
             total = ns.broadcast_to(total, record.shape)
         tangents[id(record)] = total
-    return tangents
+
+
+def _missed(node, tangents, listed, floor):
+    """Record ``node`` and the records made since ``floor`` that it reaches and that
+    are not ``listed`` (now added there), in the order they were made."""
+    missed, stack = [], [node]
+    while stack:
+        record = stack.pop()
+        if id(record) in listed or id(record) in tangents:
+            continue
+        listed.add(id(record))
+        missed.append(record)
+        for parent in record.parents or ():
+            if isinstance(parent, Record) and parent.seq >= floor:
+                stack.append(parent)
+    missed.sort(key=lambda record: record.seq)
+    return missed
 
 
 def hvp(f: Callable[..., Tensor], primals: tuple[PyTree, ...], tangents: tuple[PyTree, ...]) -> Any:

@@ -244,16 +244,17 @@ class Record:
         """Drop what the record holds (backward calls it once it has passed)."""
         self.parents = self.args = self.ans = None
 
-    def check_saved(self, cache: dict | None = None) -> None:
-        """Raise if a value this record saved was changed in place since (remat.guard)."""
+    def check_saved(self, cache: dict | None = None, sweep: str = "backward") -> None:
+        """Raise if a value this record saved was changed in place since (remat.guard);
+        ``sweep`` names what was about to read it (backward, or rm.jvp's forward sweep)."""
         arrays = (*self.args, self.ans)
         i = guard.changed(arrays, self.checks, self.seq, cache)
         if i is not None:
             what = "its output" if i == len(self.args) else f"its input {i}"
             a = arrays[i]
             raise BackwardError(
-                f"backward through `{self.op.name}` (output shape {self.shape}): {what}, an "
-                f"array of shape {a.shape} and dtype {a.dtype} saved for this backward, was "
+                f"{sweep} through `{self.op.name}` (output shape {self.shape}): {what}, an "
+                f"array of shape {a.shape} and dtype {a.dtype} saved for this {sweep}, was "
                 "changed in place after it was saved (through .data, np.asarray(t), .numpy() or "
                 "a view of them). Change values only when no backward still needs them (after "
                 "backward), or out of place: `with rm.no_grad(): p -= lr * p.grad` rebinds p."

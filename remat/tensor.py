@@ -179,6 +179,8 @@ class Tensor:
                 f"requires_grad can only be changed on a leaf tensor; this one is the output of "
                 f"`{self.node.op.name}`. Use .detach() to make a new leaf."
             )
+        if flag and self.node:  # requires grad already (rm.grad's argument stays its own)
+            return
         if flag:
             _check_differentiable_dtype(self._data.dtype)
         self.node = Leaf(self) if flag else None
@@ -254,6 +256,29 @@ class Tensor:
             tensor = leaf.tensor()
             if tensor is not None:  # else nobody can read this gradient any more
                 tensor.grad = g if tensor.grad is None else tensor.grad + g
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+        """``copy.deepcopy``: a tensor with an array of its own.  A constant stays a
+        constant and a user's leaf a leaf (requiring grad, its ``.grad`` copied), as in
+        PyTorch; a value inside a computation (an op's output, or an input that
+        ``rm.grad``, ``rm.jvp`` or a loop step differentiates) is refused, since its
+        copy would be cut from the gradient.  ``copy.copy`` shares the array and node."""
+        node = self.node
+        if node and type(node) is not Leaf:
+            what = f"the output of `{node.op.name}`" if isinstance(node, Record) else "an input"
+            raise RuntimeError(
+                f"copy.deepcopy of a Tensor of shape {self.shape} inside a computation being "
+                f"differentiated ({what}): the copy would be cut from the gradient. Use "
+                "`x * 1.0` for a copy that keeps it, or x.detach() (rm.tensor(x)) for a "
+                "constant one"
+            )
+        copied = Tensor._wrap(backend.copy(self._data), requires_grad=bool(node))
+        if node is not None and not node:
+            copied.node = node  # a loop step's value stays the step's
+        if self.grad is not None:
+            copied.grad = backend.copy(self.grad)
+        memo[id(self)] = copied
+        return copied
 
     def detach(self) -> Tensor:
         """The same values, cut from the tape (a constant sharing the array)."""
