@@ -34,6 +34,7 @@ from .tape import (
     BackwardError,
     Record,
     Recorder,
+    StandIn,
     _as_tensors,
     backward_to,
     enable_grad,
@@ -377,11 +378,13 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
     applies its VJP rules), so that an outer rm.grad or rm.jvp differentiates both
     the value and the tangent, with respect to the primals, the tangents and what
     f closes over."""
-    from .ops import TENSOR_NAMESPACE, as_tensor
+    from .ops import as_tensor
 
     seeds, inputs = {}, []
     for k, (p, t) in enumerate(zip(leaves, tangent_leaves)):
         leaf = _target(k, p, True, "rm.jvp")  # stays connected to p's graph
+        if type(leaf.node) is StandIn:  # p is not recorded: a constant to every backward
+            leaf.node = JvpPrimal(leaf)
         t = as_tensor(t)
         if t.shape != leaf.shape:
             raise ValueError(
@@ -390,6 +393,7 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
         seeds[id(leaf.node)] = t if t.dtype == leaf.dtype else astype(t, leaf.dtype)
         inputs.append(leaf)
     recorder = Recorder()
+    floor = next_sequence()  # records made from here on are this call's (any thread's)
     token = FORWARD_MODE.set(True)
     try:
         with recorder, enable_grad():
@@ -397,10 +401,51 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
     finally:
         FORWARD_MODE.reset(token)
     tangents = dict(seeds)
-    ns = TENSOR_NAMESPACE
-    for record in recorder.records:
+    listed = {id(r) for r in recorder.records}
+    _sweep_tensors(recorder.records, tangents, floor, listed)
+    outs, out_tree = flatten(out, _is_output)
+    values, out_tangents = [], []
+    for o in outs:
+        o = as_tensor(o)
+        node = o.node
+        t = tangents.get(id(node)) if node else None
+        if t is None and isinstance(node, Record) and node.seq >= floor:
+            # an output made in another thread: sweep what it reaches
+            _sweep_tensors(_missed(node, tangents, listed, floor), tangents, floor, listed)
+            t = tangents.get(id(node))
+        if t is None:
+            t = Tensor._wrap(backend.zeros(o.shape, o.dtype, like=o._data))
+        values.append(o)
+        out_tangents.append(t)
+    return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
+
+
+class JvpPrimal(StandIn):
+    """The leaf of a primal of :func:`_differentiable_jvp` that is not itself recorded
+    (an array, a Tensor that needs no gradient): the sweep seeds its tangent there.
+    A backward from the results (``tangent.sum().backward()``, when a tangent
+    requires grad) stops there, as at a leaf nobody reads; a StandIn would be an
+    escaped input to it."""
+
+    __slots__ = ()
+
+
+def _sweep_tensors(records, tangents, floor, listed):
+    """:func:`_sweep` for :func:`_differentiable_jvp`: the tangent rules applied to
+    Tensors (each term recorded), filling ``tangents`` in place.  As there, a
+    record's saved arrays are checked before they are read (an array changed in
+    place since raises), and a record made since ``floor`` in another thread
+    (``listed`` holds the ids of those swept or to be swept) is swept when it is
+    first met.  A Dual's leaf (of an outer eager rm.jvp) carries no tangent of
+    this call's: it is what f closes over."""
+    from .ops import TENSOR_NAMESPACE as ns
+
+    oldest, verified = guard.OLDEST, {}
+    for record in records:
         if record.parents is None:
             continue
+        if record.checks is not None or record.seq < oldest[0]:
+            record.check_saved(verified, "rm.jvp's forward sweep")
         op = record.op
         if op.custom_tangent is not None:
             raise NotImplementedError(
@@ -410,31 +455,29 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
                 "outer derivative. Differentiate the checkpointed part at the top level "
                 "(rm.hvp and rm.grad(rm.grad(f)) go through it)"
             )
-        args, ans = _as_tensors(record)
+        args = ans = None
         total = None
         for i, node in enumerate(record.parents):
-            t = tangents.get(id(node)) if node is not None else None
+            if node is None:
+                continue
+            t = tangents.get(id(node))
+            if t is None and isinstance(node, Record) and node.seq >= floor:
+                if id(node) in listed:
+                    continue  # swept already: no tangent flows into it
+                _sweep_tensors(_missed(node, tangents, listed, floor), tangents, floor, listed)
+                t = tangents.get(id(node))
             if t is None:
                 continue
             if op.jvps is None:
                 raise no_tangent_rule(op)
-            kw = record.kwargs or {}
-            part = op.jvps[i](ns, t, ans, *args, **kw)
+            if args is None:
+                args, ans = _as_tensors(record)
+            part = op.jvps[i](ns, t, ans, *args, **(record.kwargs or {}))
             total = part if total is None else total + part
         if total is not None:
             if total.shape != record.shape:
                 total = ns.broadcast_to(total, record.shape)
             tangents[id(record)] = total
-    outs, out_tree = flatten(out, _is_output)
-    values, out_tangents = [], []
-    for o in outs:
-        o = as_tensor(o)
-        t = tangents.get(id(o.node)) if o.node else None
-        if t is None:
-            t = Tensor._wrap(backend.zeros(o.shape, o.dtype, like=o._data))
-        values.append(o)
-        out_tangents.append(t)
-    return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
 
 
 def _is_primal(v):

@@ -1,0 +1,113 @@
+"""Review of the differentiable rm.jvp (d243f5c): one test per finding.
+
+rm.jvp inside rm.grad or another rm.jvp, or on primals or tangents that require
+grad, records f and sweeps its tangents with the rules applied to Tensors
+(``_differentiable_jvp``), so that the results are Tensors the outer call
+differentiates.  The invariant attacked: no silent wrong derivative.  Every
+result equals central differences in float64 (and the other path where there
+is one), or the call raises a clear error.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+import remat as rm
+from remat.tape import BackwardError
+
+rng = np.random.default_rng(23)
+X, V, U = (rng.standard_normal((3, 4)) * 0.5 for _ in range(3))
+W = rng.standard_normal((4, 4)) * 0.5
+EPS = 1e-6
+
+
+def central(g, x, direction, eps=EPS):
+    """The derivative of g (arrays in, an array out) at x along ``direction``."""
+    return (np.asarray(g(x + eps * direction)) - np.asarray(g(x - eps * direction))) / (2 * eps)
+
+
+def numeric_gradient(g, x):
+    """The gradient of scalar g at x, one central difference per element."""
+    out = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = 1.0
+        out[i] = central(g, x, e)
+    return out
+
+
+def test_a_saved_array_changed_in_place_is_refused_by_the_tensor_sweep():
+    # Finding 1 (high; fixed): the Tensor sweep read the arrays the records saved
+    # without the check the array sweep makes (review-dual finding 2, remat.guard):
+    # an array written in place after it was saved gave a wrong tangent silently
+    # (here 0 instead of sum(8 x v)) inside rm.grad, forward over forward, and on a
+    # primal that requires grad.
+    def f(x):
+        y = x * 2.0
+        z = y * y
+        y.data[...] = 0.0  # the memory z's record saved
+        return z.sum()
+
+    match = r"rm.jvp's forward sweep through `multiply`"
+    with pytest.raises(BackwardError, match=match):
+        rm.grad(lambda x: rm.jvp(f, (x,), (V,))[1])(X)
+    with pytest.raises(BackwardError, match=match):
+        rm.jvp(lambda x: rm.jvp(f, (x,), (V,))[1], (X,), (U,))
+    with pytest.raises(BackwardError, match=match):
+        rm.jvp(f, (rm.tensor(X, requires_grad=True),), (V,))
+
+
+def in_a_thread(x):
+    """tanh(x @ W) * x, with tanh(x @ W) recorded by a worker thread."""
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("y", rm.tanh(x @ W)))
+    worker.start()
+    worker.join()
+    return (out["y"] * x).sum()
+
+
+def test_records_made_in_another_thread_carry_their_tangents_on_tensors():
+    # Finding 2 (high; fixed): the Tensor sweep walked only its Recorder's records,
+    # and a Recorder lists only its own thread's: what a worker thread recorded from
+    # the jvp's values had no tangent (zero), silently, in the tangent and in the
+    # gradient of it (review-dual finding 3, fixed there for the array sweep only).
+    want = ((1 - np.tanh(X @ W) ** 2) * (V @ W) * X + np.tanh(X @ W) * V).sum()
+    np.testing.assert_allclose(rm.jvp(in_a_thread, (X,), (V,))[1], want, rtol=1e-12)
+    tangent = rm.jvp(in_a_thread, (rm.tensor(X, requires_grad=True),), (V,))[1]
+    np.testing.assert_allclose(tangent.item(), want, rtol=1e-12)
+
+    def jv(x):
+        return rm.jvp(in_a_thread, (x,), (V,))[1]
+
+    np.testing.assert_allclose(rm.grad(jv)(X), numeric_gradient(jv, X), rtol=1e-6, atol=1e-8)
+
+    def made_there(x):  # the output itself recorded in the worker
+        out = {}
+        worker = threading.Thread(target=lambda: out.setdefault("y", rm.tanh(x @ W)))
+        worker.start()
+        worker.join()
+        return out["y"]
+
+    tangent = rm.jvp(made_there, (rm.tensor(X, requires_grad=True),), (V,))[1]
+    np.testing.assert_allclose(tangent.numpy(), (1 - np.tanh(X @ W) ** 2) * (V @ W), rtol=1e-12)
+
+
+def test_backward_from_a_jvp_on_values_that_require_grad_reaches_them():
+    # Finding 3 (medium; fixed): a primal that is not recorded (an array) beside one
+    # that is, or under a tangent that requires grad, stood in the recording as an
+    # rm.grad input (a StandIn): .backward() from the value or the tangent raised a
+    # false EscapeError ("an input ... was kept and used elsewhere").
+    p = rm.tensor(X, requires_grad=True)
+    value, tangent = rm.jvp(lambda a, b: rm.sin(a) * b, (p, U), (V, V))
+    value.sum().backward(retain_graph=True)  # the tangent's graph goes through it too
+    np.testing.assert_allclose(p.grad, np.cos(X) * U, rtol=1e-12)
+    p.grad = None
+    tangent.sum().backward()  # of cos(a) v b + sin(a) v
+    np.testing.assert_allclose(p.grad, -np.sin(X) * V * U + np.cos(X) * V, rtol=1e-12)
+
+    t = rm.tensor(V, requires_grad=True)
+    tangent = rm.jvp(rm.sin, (X.astype(np.float32),), (t,))[1]  # float32, float64 tangent
+    assert tangent.dtype == np.float32
+    tangent.sum().backward()
+    np.testing.assert_allclose(t.grad, np.cos(X.astype(np.float32)), rtol=1e-6)
