@@ -308,7 +308,10 @@ def jvp(
     or tangents that require grad: there ``f`` is recorded, its tangents are
     computed with the rules applied to Tensors, and the results are Tensors on
     the tape, so that the outer call differentiates them (reverse over forward,
-    forward over forward).  ``rm.checkpoint`` recomputes its function with tangents, and
+    forward over forward).  Inside a loop step or a checkpointed function the results
+    are that step's Tensors in every run, as ``rm.grad``'s are, so that the step
+    computes the same ops untaped and taped.  ``rm.checkpoint`` recomputes its
+    function with tangents, and
     a checkpointed loop, chain or scan runs its steps again from x_0 with
     theirs (one state of memory more, not the whole chain).  A backward
     recorded inside ``f`` (``rm.grad`` of a chain: :func:`hvp`) is swept
@@ -359,6 +362,11 @@ def jvp(
             SWEEPING.reset(sweeping)
     finally:
         trace.close()
+    marker = STEP.get()
+    if marker is not None:  # inside a loop step (or checkpointed function) run untaped: the
+        # step's values, as rm.grad's there, so it computes alike when taped (Tensors then)
+        values = [Tensor._from_record(v, marker) for v in values]
+        out_tangents = [Tensor._from_record(t, marker) for t in out_tangents]
     return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
 
 
@@ -380,9 +388,45 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
     f closes over."""
     from .ops import as_tensor
 
+    with selective.Unobserved():  # what a first run on Duals does not evaluate
+        seeds, inputs = _seeded_inputs(leaves, tangent_leaves)
+    recorder = Recorder()
+    floor = next_sequence()  # records made from here on are this call's (any thread's)
+    token = FORWARD_MODE.set(True)
+    try:
+        with recorder, enable_grad():
+            out = f(*unflatten(tree, inputs))
+    finally:
+        FORWARD_MODE.reset(token)
+    with selective.Unobserved():
+        tangents = dict(seeds)
+        listed = {id(r) for r in recorder.records}
+        _sweep_tensors(recorder.records, tangents, floor, listed)
+        outs, out_tree = flatten(out, _is_output)
+        values, out_tangents = [], []
+        for o in outs:
+            o = as_tensor(o)
+            node = o.node
+            t = tangents.get(id(node)) if node else None
+            if t is None and isinstance(node, Record) and node.seq >= floor:
+                # an output made in another thread: sweep what it reaches
+                _sweep_tensors(_missed(node, tangents, listed, floor), tangents, floor, listed)
+                t = tangents.get(id(node))
+            if t is None:
+                t = Tensor._wrap(backend.zeros(o.shape, o.dtype, like=o._data))
+            values.append(o)
+            out_tangents.append(t)
+    return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
+
+
+def _seeded_inputs(leaves, tangent_leaves):
+    """The Tensors f gets (each stays connected to its primal's graph, if any) and the
+    sweep's seeds, id(node) -> tangent (a Tensor, in its primal's dtype)."""
+    from .ops import as_tensor
+
     seeds, inputs = {}, []
     for k, (p, t) in enumerate(zip(leaves, tangent_leaves)):
-        leaf = _target(k, p, True, "rm.jvp")  # stays connected to p's graph
+        leaf = _target(k, p, True, "rm.jvp")
         if type(leaf.node) is StandIn:  # p is not recorded: a constant to every backward
             leaf.node = JvpPrimal(leaf)
         t = as_tensor(t)
@@ -392,32 +436,7 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
             )
         seeds[id(leaf.node)] = t if t.dtype == leaf.dtype else astype(t, leaf.dtype)
         inputs.append(leaf)
-    recorder = Recorder()
-    floor = next_sequence()  # records made from here on are this call's (any thread's)
-    token = FORWARD_MODE.set(True)
-    try:
-        with recorder, enable_grad():
-            out = f(*unflatten(tree, inputs))
-    finally:
-        FORWARD_MODE.reset(token)
-    tangents = dict(seeds)
-    listed = {id(r) for r in recorder.records}
-    _sweep_tensors(recorder.records, tangents, floor, listed)
-    outs, out_tree = flatten(out, _is_output)
-    values, out_tangents = [], []
-    for o in outs:
-        o = as_tensor(o)
-        node = o.node
-        t = tangents.get(id(node)) if node else None
-        if t is None and isinstance(node, Record) and node.seq >= floor:
-            # an output made in another thread: sweep what it reaches
-            _sweep_tensors(_missed(node, tangents, listed, floor), tangents, floor, listed)
-            t = tangents.get(id(node))
-        if t is None:
-            t = Tensor._wrap(backend.zeros(o.shape, o.dtype, like=o._data))
-        values.append(o)
-        out_tangents.append(t)
-    return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
+    return seeds, inputs
 
 
 class JvpPrimal(StandIn):

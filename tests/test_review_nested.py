@@ -111,3 +111,69 @@ def test_backward_from_a_jvp_on_values_that_require_grad_reaches_them():
     assert tangent.dtype == np.float32
     tangent.sum().backward()
     np.testing.assert_allclose(t.grad, np.cos(X.astype(np.float32)), rtol=1e-6)
+
+
+def jvp_step(h):
+    """A step that uses the tangent of a function of its state."""
+    t = rm.jvp(lambda y: rm.tanh(y @ W) * rm.exp(y), (h,), (V,))[1]
+    return rm.sin(h) * 0.5 + t * 0.1
+
+
+@pytest.mark.parametrize("policy", ["everything", "ops", "nothing"])
+def test_a_jvp_inside_a_function_checkpointed_with_a_policy_replays_alike(policy):
+    # Finding 4 (medium; fixed): under a policy a recomputation must evaluate the
+    # first run's ops in order.  The first run (untaped) took the eager path and
+    # returned arrays, the taped recomputation the Tensor path, which evaluates an
+    # identity per primal and the tangent rules as ops, and returned Tensors, so
+    # the caller's `t * 0.1` was NumPy's the first time and an op the second: a false
+    # ReplayError ("make the function a pure function of its inputs") in rm.grad,
+    # .backward(), rm.jvp and rm.hvp.  Now the Tensor path's own evaluations are
+    # hidden from the policy (selective.Unobserved), and rm.jvp returns the step's
+    # Tensors inside a step or checkpointed function, as rm.grad does.
+    chosen = {
+        "everything": rm.policies.save_everything,
+        "ops": rm.policies.save_ops("tanh", "matmul"),
+        "nothing": rm.policies.save_nothing,
+    }[policy]
+    f = rm.checkpoint(jvp_step, policy=chosen)
+
+    def loss(h, step):
+        return (step(step(h)) ** 2).sum()
+
+    want = rm.grad(lambda h: loss(h, jvp_step))(X)
+    np.testing.assert_array_equal(rm.grad(lambda h: loss(h, f))(X), want)
+    p = rm.tensor(X, requires_grad=True)
+    loss(p, f).backward()
+    np.testing.assert_array_equal(p.grad, want)
+    np.testing.assert_array_equal(rm.jvp(f, (X,), (U,))[1], rm.jvp(jvp_step, (X,), (U,))[1])
+    hvps = [rm.hvp(lambda h, g=g: loss(h, g), (X,), (U,))[0] for g in (f, jvp_step)]
+    np.testing.assert_array_equal(*hvps)
+
+    def looped(h):
+        with rm.Tape(snapshots=2, policy=chosen) as tape:
+            return (tape.loop(jvp_step, h, steps=2) ** 2).sum()
+
+    np.testing.assert_array_equal(rm.grad(looped)(X), want)
+
+
+@pytest.mark.parametrize("snapshots", [None, 2])
+def test_a_jvp_in_a_loop_step_gives_tensors_in_its_untaped_run_too(snapshots):
+    # Finding 5 (medium; fixed): a step's first run, untaped under a budget, took the
+    # eager path and got arrays, its taped run (and every run under store-all) got
+    # Tensors: `t.detach()` in the step raised AttributeError ('numpy.ndarray' object
+    # has no attribute 'detach') under snapshots=2 only.  rm.grad gives the step's
+    # Tensors in both runs; rm.jvp now does too.
+    def step(h):
+        t = rm.jvp(lambda y: rm.tanh(y @ W), (h,), (V,))[1]
+        return h * rm.sin(t.detach())
+
+    def loss(h):
+        with rm.Tape(snapshots=snapshots) as tape:
+            return tape.loop(step, h, steps=3).sum()
+
+    s = np.sin((1 - np.tanh(X @ W) ** 2) * (V @ W))  # the first step's factor
+    h1 = X * s
+    s2 = np.sin((1 - np.tanh(h1 @ W) ** 2) * (V @ W))
+    h2 = h1 * s2
+    s3 = np.sin((1 - np.tanh(h2 @ W) ** 2) * (V @ W))
+    np.testing.assert_allclose(rm.grad(loss)(X), s * s2 * s3, rtol=1e-12)
