@@ -409,6 +409,8 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
             node = o.node
             t = tangents.get(id(node)) if node else None
             if t is None and isinstance(node, Record) and node.seq >= floor:
+                if node.parents is None:
+                    raise _freed_in_f(node)
                 # an output made in another thread: sweep what it reaches
                 _sweep_tensors(_missed(node, tangents, listed, floor), tangents, floor, listed)
                 t = tangents.get(id(node))
@@ -481,6 +483,8 @@ def _sweep_tensors(records, tangents, floor, listed):
                 continue
             t = tangents.get(id(node))
             if t is None and isinstance(node, Record) and node.seq >= floor:
+                if node.parents is None:
+                    raise _freed_in_f(node)
                 if id(node) in listed:
                     continue  # swept already: no tangent flows into it
                 _sweep_tensors(_missed(node, tangents, listed, floor), tangents, floor, listed)
@@ -525,6 +529,8 @@ def _results(outs, trace, recorder, floor):
                 tangent_of = forward_sweep(recorder.records, trace.seeds(), floor)
             t = tangent_of.get(id(node))
             if t is None and isinstance(node, Record) and node.seq >= floor:
+                if node.parents is None:
+                    raise _freed_in_f(node)
                 if listed is None:  # an output made in another thread: sweep what it reaches
                     listed = {id(r) for r in recorder.records}
                 _sweep(_missed(node, tangent_of, listed, floor), tangent_of, floor, listed)
@@ -589,6 +595,8 @@ def _sweep(records, tangents, floor, listed):
                     if t is None:
                         continue
                 elif floor is not None and isinstance(node, Record) and node.seq >= floor:
+                    if node.parents is None:
+                        raise _freed_in_f(node)
                     if listed is None:
                         listed = {id(r) for r in records}
                     if id(node) in listed:
@@ -611,6 +619,17 @@ def _sweep(records, tangents, floor, listed):
         if total.shape != record.shape:
             total = ns.broadcast_to(total, record.shape)
         tangents[id(record)] = total
+
+
+def _freed_in_f(record):
+    """The refusal of a jvp whose f ran a backward through what it computed: that
+    backward freed the record, so its tangent cannot be swept any more."""
+    return BackwardError(
+        f"rm.jvp: `{record.op.name}` (output shape {record.shape}), computed inside f, was "
+        "freed by a backward run inside f before rm.jvp swept its tangent (its inputs and "
+        "saved arrays are gone). Pass retain_graph=True to that backward, or run it after "
+        "rm.jvp returns"
+    )
 
 
 def _missed(node, tangents, listed, floor):

@@ -177,3 +177,26 @@ def test_a_jvp_in_a_loop_step_gives_tensors_in_its_untaped_run_too(snapshots):
     h2 = h1 * s2
     s3 = np.sin((1 - np.tanh(h2 @ W) ** 2) * (V @ W))
     np.testing.assert_allclose(rm.grad(loss)(X), s * s2 * s3, rtol=1e-12)
+
+
+def test_a_backward_inside_f_that_frees_what_the_sweep_needs_raises():
+    # Finding 6 (high; fixed): a backward run inside f (a training step, say) frees the
+    # records it passes; both forward sweeps skipped a freed record as if no tangent
+    # flowed through it, so the tangent of what it computed was silently zero, at the
+    # top level (the array sweep, once a parameter switched the call to recording)
+    # and on the Tensor path alike.  Now it raises, naming the op; with
+    # retain_graph=True the tangent is right.  (A freed record that carried no tangent
+    # is refused too: after the backward nothing tells the two apart.)
+    q = rm.tensor(U, requires_grad=True)
+
+    def f(x, retain):
+        y = rm.sin(x) * q
+        y.sum().backward(retain_graph=retain)
+        return y
+
+    for primal in (X, rm.tensor(X, requires_grad=True)):
+        with pytest.raises(BackwardError, match=r"`multiply` \(output shape \(3, 4\)\), computed"):
+            rm.jvp(lambda x: f(x, False), (primal,), (V,))
+        tangent = rm.jvp(lambda x: f(x, True), (primal,), (V,))[1]
+        tangent = tangent.numpy() if isinstance(tangent, rm.Tensor) else tangent
+        np.testing.assert_allclose(tangent, np.cos(X) * V * U, rtol=1e-12)
