@@ -271,6 +271,42 @@ def test_reverse_over_forward_is_the_hessian_vector_product(name):
 
 
 @pytest.mark.parametrize("name", sorted(rm.OPS))
+def test_forward_over_forward_matches_finite_differences(name):
+    # rm.jvp inside rm.jvp: the derivative along u of (J v) is the second derivative
+    # d2f[u, v], against a central difference of the top-level (array) J v along u
+    fn, inputs = CASES[name]
+    vs, us = (
+        tuple(np.random.default_rng(s).standard_normal(x.shape) for x in inputs) for s in (5, 6)
+    )
+
+    def jv(*xs):
+        return rm.jvp(fn, xs, vs)[1]
+
+    got = rm.jvp(jv, tuple(inputs), us)[1]
+    eps = 1e-6
+    up = jv(*[x + eps * u for x, u in zip(inputs, us)])
+    down = jv(*[x - eps * u for x, u in zip(inputs, us)])
+    np.testing.assert_allclose(got, (up - down) / (2 * eps), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(rm.OPS))
+def test_tangents_that_are_differentiated_give_the_jacobian(name):
+    # J v is linear in v: its gradient in v (reverse over forward, for a scalar f) is
+    # the gradient of f, and its derivative along w (forward over forward) is J w
+    fn, inputs = CASES[name]
+    f = weighted(fn)
+    vs, ws = (
+        tuple(np.random.default_rng(s).standard_normal(x.shape) for x in inputs) for s in (3, 4)
+    )
+    argnums = tuple(range(len(inputs)))
+    got = rm.grad(lambda *v: rm.jvp(f, tuple(inputs), v)[1], argnums)(*vs)
+    for g, want in zip(got, rm.grad(f, argnums)(*inputs)):
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-14)
+    along = rm.jvp(lambda *v: rm.jvp(fn, tuple(inputs), v)[1], vs, ws)[1]
+    np.testing.assert_allclose(along, rm.jvp(fn, tuple(inputs), ws)[1], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", sorted(rm.OPS))
 def test_hessian_vector_product_matches_finite_differences(name):
     # forward over reverse: rm.hvp against a central difference of rm.grad
     fn, inputs = CASES[name]

@@ -200,3 +200,47 @@ def test_a_backward_inside_f_that_frees_what_the_sweep_needs_raises():
         tangent = rm.jvp(lambda x: f(x, True), (primal,), (V,))[1]
         tangent = tangent.numpy() if isinstance(tangent, rm.Tensor) else tangent
         np.testing.assert_allclose(tangent, np.cos(X) * V * U, rtol=1e-12)
+
+
+def f3(x):
+    return (rm.sin(x @ W) * x).sum() + (x**3).sum()
+
+
+def test_three_levels_and_what_f_closes_over_match_differences():
+    # What held (no finding): jvp in grad in jvp, grad of hvp, hvp of a function that
+    # uses jvp, and an inner f closing over a Dual of an outer eager jvp, a StandIn of
+    # an outer rm.grad, or a value rm.grad does not differentiate.
+    x0, v, u = X[0], V[0], U[0]
+
+    def hv(x):
+        return rm.hvp(f3, (x,), (v,))[0]
+
+    def jv(x):
+        return rm.jvp(f3, (x,), (v,))[1]
+
+    third = rm.jvp(lambda x: rm.grad(jv)(x), (x0,), (u,))[1]
+    np.testing.assert_allclose(third, central(hv, x0, u), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        rm.grad(lambda x: (rm.hvp(f3, (x,), (v,))[0] * u).sum())(x0),
+        numeric_gradient(lambda x: (hv(x) * u).sum(), x0),
+        rtol=1e-6,
+        atol=1e-8,
+    )
+    np.testing.assert_allclose(
+        rm.hvp(jv, (x0,), (u,))[0], central(rm.grad(jv), x0, u), rtol=1e-6, atol=1e-8
+    )
+
+    def closes(c):
+        return rm.jvp(lambda x: rm.sin(x * c).sum(), (x0,), (v,))[1]
+
+    c0 = U[1]
+    np.testing.assert_allclose(rm.jvp(closes, (c0,), (u,))[1], central(closes, c0, u), rtol=1e-6)
+    np.testing.assert_allclose(rm.grad(closes)(c0), numeric_gradient(closes, c0), rtol=1e-6)
+    k = rm.tensor(X[2])  # closed over, not differentiated: a constant
+
+    def with_constant(c):
+        return rm.jvp(lambda x: (rm.sin(x * c) * k).sum(), (x0,), (v,))[1]
+
+    np.testing.assert_allclose(
+        rm.grad(with_constant)(c0), numeric_gradient(with_constant, c0), rtol=1e-6
+    )
