@@ -197,7 +197,12 @@ def _target(n, a, nested, where="rm.grad"):
         return identity(a)  # stands for a, and stays connected to a's graph
     data = backend.asarray(a._data if isinstance(a, Tensor) else a)
     if not backend.is_floating(data.dtype):
-        raise DTypeError(f"{where}: argument {n} has dtype {data.dtype}; gradients need floats")
+        if where == "rm.grad":
+            raise DTypeError(f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats")
+        raise DTypeError(  # n counts the leaves of the primals' pytrees
+            f"{where}: primal leaf {n} (in flattened order) has dtype {data.dtype}; "
+            "tangents need floats"
+        )
     return Tensor._stand_in(data)
 
 
@@ -331,7 +336,14 @@ def jvp(
     leaves, tree = flatten(primals, _is_primal)
     tangent_leaves, tangent_tree = flatten(tangents, _is_primal)
     if tangent_tree != tree:
-        raise ValueError(f"rm.jvp: tangents have structure {tangent_tree}, primals {tree}")
+        static = [v for v in flatten(primals, backend.is_number)[0] if not _is_primal(v)]
+        hint = (
+            f"; {static[0]!r} in primals is an int (or bool), which is static, not "
+            f"differentiated: pass {float(static[0])!r} to differentiate it"
+            if static
+            else ""
+        )
+        raise ValueError(f"rm.jvp: tangents have structure {tangent_tree}, primals {tree}{hint}")
     if _inside_a_transform(leaves, tangent_leaves):
         return _differentiable_jvp(f, tree, leaves, tangent_leaves)
     trace = Trace()  # eager: each op computes its tangent at once (remat.dual) ...

@@ -244,3 +244,42 @@ def test_three_levels_and_what_f_closes_over_match_differences():
     np.testing.assert_allclose(
         rm.grad(with_constant)(c0), numeric_gradient(with_constant, c0), rtol=1e-6
     )
+
+
+def test_errors_about_primals_name_the_leaf_and_what_is_allowed():
+    # Finding 7 (low; fixed): an integer leaf in a pytree of primals was named
+    # "argument 1" (its index among the flattened leaves, not an argument) with
+    # "gradients need floats"; an int primal beside a float tangent gave only "tangents
+    # have structure (1,), primals (2,)".  Both paths (eager, and inside rm.grad).
+    primals = ({"w": np.ones(2), "x": np.arange(2)},)
+    tangents = ({"w": np.ones(2), "x": np.ones(2)},)
+    match = r"primal leaf 1 \(in flattened order\) has dtype int64; tangents need floats"
+    with pytest.raises(rm.DTypeError, match=match):
+        rm.jvp(lambda p: p["x"].sum(), primals, tangents)
+    with pytest.raises(rm.DTypeError, match=match):
+        rm.grad(lambda a: rm.jvp(lambda p: (p["x"] * a).sum(), primals, tangents)[1])(np.ones(2))
+    with pytest.raises(ValueError, match=r"2 in primals is an int .* pass 2.0 to differentiate"):
+        rm.jvp(lambda a: a * 2.0, (2,), (1.0,))
+    with pytest.raises(ValueError, match=r"2 in primals is an int .* pass 2.0 to differentiate"):
+        rm.grad(lambda w: rm.jvp(lambda a: w * a, (2,), (1.0,))[1].sum())(X)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a recorded primal (and rm.grad's nested argument) stands in f as identity(p), "
+    "an op's output, whose requires_grad cannot be set; rm.grad(rm.grad(f)) refuses it alike",
+)
+def test_requires_grad_false_on_a_recorded_primal_makes_it_a_constant():
+    # Finding 8 (low; not fixed): `x.requires_grad = False` inside f makes the input a
+    # constant from there on, in reverse mode and in the eager jvp (review-dual finding
+    # 11).  On the Tensor path with a primal that requires grad (or inside rm.grad) it
+    # raises "requires_grad can only be changed on a leaf tensor; this one is the
+    # output of `identity`", naming an op the user never called.  A clear error, so
+    # no wrong derivative; the same f works at the top level.
+    def f(x):
+        y = rm.sin(x) * 2.0
+        x.requires_grad = False
+        return (y + rm.sin(x) * 2.0).sum()
+
+    tangent = rm.jvp(f, (rm.tensor(X, requires_grad=True),), (V,))[1]
+    np.testing.assert_allclose(tangent.item(), (2 * np.cos(X) * V).sum(), rtol=1e-12)
