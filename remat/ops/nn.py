@@ -165,10 +165,11 @@ def _gelu(x):
 def _gelu_vjp(ns, g, ans, x):
     if ns is backend.ARRAY_NAMESPACE:  # an ordinary backward: on arrays, in place
         return _times(_gelu_slope(x), g)
-    x2 = x * x  # a backward being differentiated: Tensor ops, recorded
-    t = ns.tanh(_GELU_C * (x + _GELU_A * x2 * x))
-    slope = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (_GELU_C * (1.0 + 3.0 * _GELU_A * x2))
-    return g * slope
+    # a backward (or tangent) being differentiated: Tensor ops, recorded, in the order
+    # of _gelu_slope's, so that the values are its bits
+    s = ((x * x) * (3.0 * _GELU_A) + 1.0) * (0.5 * _GELU_C) * x
+    one_minus_t = 1.0 - ns.tanh(((x * x) * _GELU_A + 1.0) * x * _GELU_C)
+    return (2.0 - one_minus_t) * (s * one_minus_t + 0.5) * g
 
 
 def _gelu_slope(x):
