@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import backend
-from .tape import Record, StandIn
+from .tape import GRAD_ENABLED, UNTAPED, Record, StandIn
 from .tensor import Tensor
 
 _get_node = Tensor.__dict__["node"].__get__  # Tensor's own slot, under Dual's property
@@ -47,14 +47,18 @@ class Trace:
     """One ``rm.jvp`` call's forward mode: eager until something reads a Dual's node.
 
     ``eager`` is True while ops compute tangents at once, ``open`` until the
-    call returns (a Dual that outlives it is a constant).
+    call returns (a Dual that outlives it is a constant).  ``untaped``: the call
+    runs inside a loop step or checkpointed function evaluated untaped, whose
+    tangents an outer rm.jvp takes from the taped rerun; the values of another
+    jvp's Duals are then constants to this one (:func:`seeded_tangent`).
     """
 
-    __slots__ = ("eager", "open", "leaves", "inputs")
+    __slots__ = ("eager", "open", "untaped", "leaves", "inputs")
 
     def __init__(self) -> None:
         self.eager = True
         self.open = True
+        self.untaped = GRAD_ENABLED.get() is UNTAPED
         self.leaves: list[Seeded] = []  # what its Duals became, in order
         self.inputs: set[int] = set()  # ids of its inputs that are leaves still (no x += ...)
         EAGER.append(self)
@@ -223,11 +227,13 @@ def seeded_tangent(leaf: Seeded) -> Any:
     """The tangent a sweep takes for a Dual's ``leaf`` its table lacks: the Dual's, if
     the leaf is of the jvp being swept; None for one of a jvp that has returned (a
     constant).  A leaf of another jvp still running, met while a jvp inside it is
-    swept, raises: the inner jvp's arrays would cut the outer one's tangent."""
+    swept, raises: the inner jvp's arrays would cut the outer one's tangent; except
+    in an untaped run, whose results carry no tangent of the outer jvp's (its
+    rerun, taped, does)."""
     sweeping = SWEEPING.get()
     if leaf.trace is sweeping:
         return leaf.tangent
-    if sweeping is not None and leaf.trace.open:
+    if sweeping is not None and leaf.trace.open and not sweeping.untaped:
         raise nested_error("rm.jvp")
     return None
 
