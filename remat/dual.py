@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import backend
-from .tape import GRAD_ENABLED, UNTAPED, Record, StandIn
+from .tape import GRAD_ENABLED, Record, StandIn
 from .tensor import Tensor
 
 _get_node = Tensor.__dict__["node"].__get__  # Tensor's own slot, under Dual's property
@@ -58,7 +58,8 @@ class Trace:
     def __init__(self) -> None:
         self.eager = True
         self.open = True
-        self.untaped = GRAD_ENABLED.get() is UNTAPED
+        recording = GRAD_ENABLED.get()
+        self.untaped = not recording and recording is not False  # UNTAPED (falsy, not False)
         self.leaves: list[Seeded] = []  # what its Duals became, in order
         self.inputs: set[int] = set()  # ids of its inputs that are leaves still (no x += ...)
         EAGER.append(self)
