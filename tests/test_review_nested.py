@@ -342,3 +342,23 @@ def test_a_jvp_in_an_untaped_run_inside_an_outer_jvp_treats_its_duals_as_constan
     np.testing.assert_allclose(want, numeric, rtol=1e-6)
     for g in (checkpointed, looped):
         np.testing.assert_allclose(rm.jvp(g, (X,), (U,))[1], want, rtol=1e-12)
+
+
+def test_the_eager_path_is_still_taken_at_the_top_level():
+    # What held (no finding): on arrays, or Tensors that need no gradient, at the top
+    # level (also under rm.no_grad with ones that do), f gets Duals and runs eagerly;
+    # only inside rm.grad (or on values that require grad) does it get Tensors.
+    seen = []
+
+    def f(x):
+        seen.append((type(x) is rm.dual.Dual, bool(rm.dual.EAGER)))
+        return rm.sin(x)
+
+    rm.jvp(f, (X,), (V,))
+    rm.jvp(f, (rm.tensor(X),), (V,))
+    with rm.no_grad():
+        rm.jvp(f, (rm.tensor(X, requires_grad=True),), (V,))
+    assert seen == [(True, True)] * 3
+    rm.grad(lambda x: rm.jvp(f, (x,), (V,))[1].sum())(X)
+    rm.jvp(f, (rm.tensor(X, requires_grad=True),), (V,))
+    assert seen[3:] == [(False, False)] * 2
