@@ -12,6 +12,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import remat as rm
 from remat.tape import BackwardError
@@ -362,3 +364,40 @@ def test_the_eager_path_is_still_taken_at_the_top_level():
     rm.grad(lambda x: rm.jvp(f, (x,), (V,))[1].sum())(X)
     rm.jvp(f, (rm.tensor(X, requires_grad=True),), (V,))
     assert seen[3:] == [(False, False)] * 2
+
+
+UNARY = [rm.sin, rm.cos, rm.tanh, rm.exp, rm.sigmoid, lambda x: x * x, lambda x: -x]
+BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a @ b.T]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(0, len(BINARY) - 1), st.integers(0, 7)),
+        min_size=1,
+        max_size=10,
+    ),
+    st.integers(0, 2**31),
+)
+def test_random_compositions_on_the_tape_agree_with_the_other_paths(program, seed):
+    # What held (no finding): for random programs, the Tensor path's tangent equals the
+    # eager one bit for bit, rm.grad of J v equals rm.hvp, and forward over forward
+    # equals a central difference of J v.
+    r = np.random.default_rng(seed)
+    x0, v, u = (r.standard_normal((3, 3)) * 0.5 for _ in range(3))
+
+    def f(x):
+        values = [x, rm.sin(x)]
+        for is_unary, k, j in program:
+            a = values[j % len(values)]
+            b = values[(j + 1) % len(values)]
+            values.append(UNARY[k % len(UNARY)](a) if is_unary else BINARY[k](a, b) * 0.5)
+        return (values[-1] * values[-2]).sum()
+
+    def jv(x):
+        return rm.jvp(f, (x,), (v,))[1]
+
+    on_tape = rm.jvp(f, (rm.tensor(x0, requires_grad=True),), (v,))[1]
+    np.testing.assert_array_equal(on_tape.numpy(), jv(x0))
+    np.testing.assert_allclose(rm.grad(jv)(x0), rm.hvp(f, (x0,), (v,))[0], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(rm.jvp(jv, (x0,), (u,))[1], central(jv, x0, u), rtol=1e-5, atol=1e-6)
