@@ -50,6 +50,7 @@ from .pytree import flatten, unflatten
 from .selective import Reusing, Saving, within
 from .tape import (
     FORWARD_MODE,
+    GRAD_DEPTH,
     GRAD_ENABLED,
     OPEN_TAPE,
     STEP,
@@ -145,6 +146,7 @@ class Call:
         "forward",
         "kept",
         "spliced",
+        "grad_depth",
     )
 
     def __init__(self, f, name, tree, arrays, rng, spec, context, forward):
@@ -156,6 +158,10 @@ class Call:
         self.seq = next_sequence()
         self.forward = forward  # what the values it read held then: checked at recompute
         self.kept = None  # what a policy kept of the first run (remat.selective.Kept)
+        # how deep inside rm.grad the call ran: a recomputation in backward (after that
+        # rm.grad's f returned) runs as deep, so that rm.jvp and rm.grad inside f take
+        # the path they took then (Tensors on the tape), whatever recomputes f
+        self.grad_depth = GRAD_DEPTH.get()
 
     def held_arrays(self):
         """The arrays this call holds for its backward: its inputs and what its policy kept."""
@@ -240,7 +246,7 @@ class Call:
         args, kwargs = unflatten(self.tree, inputs)
         rng = backend.random_state()
         backend.set_random_state(self.rng)
-        token = STEP.set(marker)
+        token, depth = STEP.set(marker), GRAD_DEPTH.set(self.grad_depth)
         reusing = self.reusing()
         try:
             out, floor, stop, records = tape_call(
@@ -248,6 +254,7 @@ class Call:
             )
             out_arrays, _, out_tree = leaves_of(out, f"{self.name}: its result", True)
         finally:
+            GRAD_DEPTH.reset(depth)
             STEP.reset(token)
             backend.set_random_state(rng)
         self.forward.refuse_changed(records, self.name)

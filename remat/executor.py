@@ -54,6 +54,7 @@ from .selective import Reusing, Saving
 from .storage import DiskError, DiskStore
 from .tape import (
     FORWARD_MODE,
+    GRAD_DEPTH,
     GRAD_ENABLED,
     OPEN_TAPE,
     RECORDED_BACKWARD,
@@ -61,6 +62,7 @@ from .tape import (
     UNTAPED,
     BackwardError,
     EscapeError,
+    JvpPrimal,
     Leaf,
     Record,
     Recorder,
@@ -406,7 +408,8 @@ class StepSweep(Sweep):
             return
         k = self.input_ids.get(id(node))
         if k is None:
-            self.outer.add(node, g)
+            if type(node) is not JvpPrimal:  # rm.jvp's constant leaf: no gradient asked
+                self.outer.add(node, g)
         elif self.hand_on is not None:  # each term to the outer sum, in the unchecked order
             if self.hand_on[k]:
                 self.outer.add(self.hand_on[k], g)
@@ -725,6 +728,10 @@ class ChainRun:
         self.snapshot_device = tape.snapshot_device  # not the tape: it lists this run's record
         self.like = (*x0, *chain.xs, None)[0]  # zeros go where the inputs are (a state may be ())
         self.context = STEP.get()  # the step this chain runs inside, if any: its values may be used
+        # how deep inside rm.grad the chain runs: its steps taped again in backward (after
+        # that rm.grad's f returned) run as deep, so that rm.jvp and rm.grad inside a step
+        # take the path they take when store-all tapes it in the first run
+        self.grad_depth = GRAD_DEPTH.get()
         # store-all never evaluates a step twice: nothing to compare
         self.check_replay = tape.check_replay
         # x_0, kept when the chain may run again: for rm.jvp, or for a backward that is
@@ -800,9 +807,12 @@ class ChainRun:
             a = arrays[0]
             t = Tensor._stand_in(a) if taped and self.floating else Tensor._from_record(a, marker)
             token = STEP.set(marker)
+            depth = GRAD_DEPTH.set(self.grad_depth) if self.grad_depth else None
             try:
                 out = chain.step(t)
             finally:
+                if depth is not None:
+                    GRAD_DEPTH.reset(depth)
                 STEP.reset(token)
             if type(out) is Tensor and (out.node or out.node is None or out.node is marker):
                 data = out._data
@@ -822,11 +832,14 @@ class ChainRun:
         ]
         nodes = [t.node for t in state_in + x_in]  # now: the step may rebind its inputs (x += 1)
         token = STEP.set(marker)
+        depth = GRAD_DEPTH.set(self.grad_depth) if self.grad_depth else None
         try:
             state = unflatten(self.spec_at(i).tree, state_in)
             x = unflatten(chain.xs_tree, x_in) if chain.xs_tree is not None else None
             new_state, y = chain.call(i, state, x)
         finally:
+            if depth is not None:
+                GRAD_DEPTH.reset(depth)
             STEP.reset(token)
         return self.finish_step(i, marker, new_state, y, nodes, taped)
 

@@ -32,6 +32,7 @@ from .tape import (
     RECORDED_BACKWARD,
     STEP,
     BackwardError,
+    JvpPrimal,
     Record,
     Recorder,
     StandIn,
@@ -451,16 +452,6 @@ def _seeded_inputs(leaves, tangent_leaves):
         seeds[id(leaf.node)] = t if t.dtype == leaf.dtype else astype(t, leaf.dtype)
         inputs.append(leaf)
     return seeds, inputs
-
-
-class JvpPrimal(StandIn):
-    """The leaf of a primal of :func:`_differentiable_jvp` that is not itself recorded
-    (an array, a Tensor that needs no gradient): the sweep seeds its tangent there.
-    A backward from the results (``tangent.sum().backward()``, when a tangent
-    requires grad) stops there, as at a leaf nobody reads; a StandIn would be an
-    escaped input to it."""
-
-    __slots__ = ()
 
 
 def _sweep_tensors(records, tangents, floor, listed):

@@ -305,6 +305,18 @@ class StandIn(Leaf):
     __slots__ = ()
 
 
+class JvpPrimal(StandIn):
+    """The leaf of a primal of rm.jvp that is not itself recorded (an array, a Tensor
+    that needs no gradient) where rm.jvp gives Tensors on the tape (inside rm.grad
+    or another rm.jvp, or beside values that require grad): its forward sweep seeds
+    the primal's tangent there.  No gradient is asked of it, so every backward that
+    reaches it stops there: a StandIn would be an escaped input, and a leaf would
+    collect a gradient, which a loop step's rerun (making a new one) would not.
+    """
+
+    __slots__ = ()
+
+
 class no_grad:
     """Context manager inside which no op is recorded (and nothing is kept for backward).
 
@@ -664,6 +676,8 @@ class Sweep:
         """Add cotangent ``g`` to ``node`` (a Record, or a Leaf)."""
         if self.owns(node):
             self.push(node, g)
+        elif type(node) is JvpPrimal:
+            return  # a constant's leaf (rm.jvp's): no gradient to collect
         elif type(node) is StandIn:
             raise EscapeError(
                 f"backward reached an input (shape {node.shape}) that remat made for a loop "
