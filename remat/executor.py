@@ -61,8 +61,8 @@ from .tape import (
     STEP,
     UNTAPED,
     BackwardError,
+    ConstantInput,
     EscapeError,
-    JvpPrimal,
     Leaf,
     Record,
     Recorder,
@@ -408,7 +408,7 @@ class StepSweep(Sweep):
             return
         k = self.input_ids.get(id(node))
         if k is None:
-            if type(node) is not JvpPrimal:  # rm.jvp's constant leaf: no gradient asked
+            if type(node) is not ConstantInput:  # a constant outside its call: none asked
                 self.outer.add(node, g)
         elif self.hand_on is not None:  # each term to the outer sum, in the unchecked order
             if self.hand_on[k]:

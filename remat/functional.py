@@ -32,10 +32,9 @@ from .tape import (
     RECORDED_BACKWARD,
     STEP,
     BackwardError,
-    JvpPrimal,
+    ConstantInput,
     Record,
     Recorder,
-    StandIn,
     _as_tensors,
     backward_to,
     enable_grad,
@@ -204,7 +203,10 @@ def _target(n, a, nested, where="rm.grad"):
             f"{where}: primal leaf {n} (in flattened order) has dtype {data.dtype}; "
             "tangents need floats"
         )
-    return Tensor._stand_in(data)
+    t = Tensor._stand_in(data)
+    if nested:  # a constant outside this call: no backward asks for its gradient
+        t.node = ConstantInput(t)
+    return t
 
 
 def grad(f: Callable[..., Tensor], argnums: int | Sequence[int] = 0) -> Callable[..., Any]:
@@ -441,9 +443,7 @@ def _seeded_inputs(leaves, tangent_leaves):
 
     seeds, inputs = {}, []
     for k, (p, t) in enumerate(zip(leaves, tangent_leaves)):
-        leaf = _target(k, p, True, "rm.jvp")
-        if type(leaf.node) is StandIn:  # p is not recorded: a constant to every backward
-            leaf.node = JvpPrimal(leaf)
+        leaf = _target(k, p, True, "rm.jvp")  # p's graph's, or a ConstantInput
         t = as_tensor(t)
         if t.shape != leaf.shape:
             raise ValueError(

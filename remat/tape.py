@@ -305,13 +305,14 @@ class StandIn(Leaf):
     __slots__ = ()
 
 
-class JvpPrimal(StandIn):
-    """The leaf of a primal of rm.jvp that is not itself recorded (an array, a Tensor
-    that needs no gradient) where rm.jvp gives Tensors on the tape (inside rm.grad
-    or another rm.jvp, or beside values that require grad): its forward sweep seeds
-    the primal's tangent there.  No gradient is asked of it, so every backward that
-    reaches it stops there: a StandIn would be an escaped input, and a leaf would
-    collect a gradient, which a loop step's rerun (making a new one) would not.
+class ConstantInput(StandIn):
+    """The leaf of an input that is not itself recorded (an array, a Tensor that needs
+    no gradient) of an rm.grad whose backward is recorded or of an rm.jvp that gives
+    Tensors on the tape (inside rm.grad or another rm.jvp, or beside values that
+    require grad).  The call itself collects its gradient, or seeds its tangent
+    there; outside the call it is a constant, so every other backward that reaches
+    it stops there: a StandIn would be an escaped input, and a leaf would collect a
+    gradient, which a loop step's rerun (making a new one) would not.
     """
 
     __slots__ = ()
@@ -676,8 +677,8 @@ class Sweep:
         """Add cotangent ``g`` to ``node`` (a Record, or a Leaf)."""
         if self.owns(node):
             self.push(node, g)
-        elif type(node) is JvpPrimal:
-            return  # a constant's leaf (rm.jvp's): no gradient to collect
+        elif type(node) is ConstantInput:
+            return  # a constant's leaf (rm.jvp's): no gradient asked outside its call
         elif type(node) is StandIn:
             raise EscapeError(
                 f"backward reached an input (shape {node.shape}) that remat made for a loop "

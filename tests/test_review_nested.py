@@ -450,21 +450,23 @@ def test_a_step_taped_again_in_backward_runs_as_deep_inside_rm_grad_as_the_first
 
 
 @pytest.mark.parametrize("snapshots", [None, 1])
-def test_rm_hvp_through_a_loop_whose_step_runs_a_jvp_of_a_constant(snapshots):
+@pytest.mark.parametrize("step", [closing_over_the_state, grad_closing_over_the_state])
+def test_rm_hvp_through_a_loop_whose_step_differentiates_at_a_constant(step, snapshots):
     # Finding 12 (medium; fixed): a jvp of a constant primal (an array) inside a loop
     # step, under rm.hvp, made the primal a leaf on the tape that the recorded backward
     # reached; the run with tangents makes a new one, so it refused: "run again with
     # tangents, its backward reached no cotangent for a <Leaf (3, 4)> that the first
-    # backward reached", even under store-all.  The primal's leaf (JvpPrimal) is a
-    # constant to every backward now.
+    # backward reached", even under store-all; and rm.grad at a constant argument
+    # likewise.  That leaf (tape.ConstantInput) is a constant to every backward but
+    # its own call's now.
     def plain(h):
         for _ in range(3):
-            h = closing_over_the_state(h)
+            h = step(h)
         return (h**2).sum()
 
     def looped(h):
         with rm.Tape(snapshots=snapshots) as tape:
-            return (tape.loop(closing_over_the_state, h, steps=3) ** 2).sum()
+            return (tape.loop(step, h, steps=3) ** 2).sum()
 
     want = rm.hvp(plain, (X,), (U,))[0]
     np.testing.assert_allclose(want, central(rm.grad(plain), X, U), rtol=1e-6, atol=1e-8)
