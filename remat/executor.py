@@ -730,7 +730,8 @@ class ChainRun:
         self.context = STEP.get()  # the step this chain runs inside, if any: its values may be used
         # how deep inside rm.grad the chain runs: its steps taped again in backward (after
         # that rm.grad's f returned) run as deep, so that rm.jvp and rm.grad inside a step
-        # take the path they take when store-all tapes it in the first run
+        # take the path they take when store-all tapes it in the first run (untaped, both
+        # take theirs whatever the depth)
         self.grad_depth = GRAD_DEPTH.get()
         # store-all never evaluates a step twice: nothing to compare
         self.check_replay = tape.check_replay
@@ -792,6 +793,13 @@ class ChainRun:
         return self.held.bytes
 
     # -- evaluating steps --
+    def as_deep(self):
+        """Inside rm.grad as deep as the chain was run (a token to reset), or None where
+        the step runs so deep already (the first run)."""
+        if GRAD_DEPTH.get() == self.grad_depth:
+            return None
+        return GRAD_DEPTH.set(self.grad_depth)
+
     def call_step(self, i, arrays, taped):
         """Evaluate step i on x_i's ``arrays``; returns (x_{i+1}'s arrays, inputs, outputs).
 
@@ -807,7 +815,7 @@ class ChainRun:
             a = arrays[0]
             t = Tensor._stand_in(a) if taped and self.floating else Tensor._from_record(a, marker)
             token = STEP.set(marker)
-            depth = GRAD_DEPTH.set(self.grad_depth) if self.grad_depth else None
+            depth = self.as_deep() if taped and self.grad_depth else None
             try:
                 out = chain.step(t)
             finally:
@@ -832,7 +840,7 @@ class ChainRun:
         ]
         nodes = [t.node for t in state_in + x_in]  # now: the step may rebind its inputs (x += 1)
         token = STEP.set(marker)
-        depth = GRAD_DEPTH.set(self.grad_depth) if self.grad_depth else None
+        depth = self.as_deep() if taped and self.grad_depth else None
         try:
             state = unflatten(self.spec_at(i).tree, state_in)
             x = unflatten(chain.xs_tree, x_in) if chain.xs_tree is not None else None
