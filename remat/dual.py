@@ -3,9 +3,10 @@
 At the top level (outside ``rm.grad`` and other ``rm.jvp`` calls, on values
 that do not require grad; elsewhere it records ``f`` and returns Tensors, see
 :func:`remat.functional.jvp`), ``rm.jvp(f, primals, tangents)`` takes the
-cheapest forward mode there is: each input becomes a :class:`Dual`, a Tensor that also holds its tangent,
-and every op applied to a Dual computes its output's tangent at once, with the
-op's tangent rule (``jvps`` in the op table), beside its value.  Nothing is
+cheapest forward mode there is: each input becomes a :class:`Dual`, a Tensor
+that also holds its tangent, and every op applied to a Dual computes its
+output's tangent at once, with the op's tangent rule (``jvps`` in the op
+table), beside its value.  Nothing is
 recorded, so a chain of small ops costs what its NumPy value and tangent cost
 plus one wrapper per op (``python -m benchmarks forward``).
 
