@@ -6,9 +6,9 @@ that do not require grad; elsewhere it records ``f`` and returns Tensors, see
 cheapest forward mode there is: each input becomes a :class:`Dual`, a Tensor
 that also holds its tangent, and every op applied to a Dual computes its
 output's tangent at once, with the op's tangent rule (``jvps`` in the op
-table), beside its value.  Nothing is
-recorded, so a chain of small ops costs what its NumPy value and tangent cost
-plus one wrapper per op (``python -m benchmarks forward``).
+table), beside its value.  Nothing is recorded, so a chain of small ops
+costs what its NumPy value and tangent cost plus one wrapper per op
+(``python -m benchmarks forward``).
 
 Some computations need the tape after all: a checkpointed loop, chain or scan
 and ``rm.checkpoint`` run their steps again with tangents, ``rm.grad`` inside
