@@ -36,11 +36,9 @@ of interleaved repeats on one BLAS thread; gradients are checked before
 anything is timed.
 """
 
-from benchmarks.common import environment, skip, table  # noqa: I001
+from benchmarks.common import environment, side_by_side, skip, table  # noqa: I001
 
-import gc
 import os
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -54,17 +52,7 @@ BUDGET = 10  # snapshot slots for every schedule that takes a budget
 
 def cpu_side_by_side(contenders, repeats, inner=1):
     """{name: median CPU seconds of one call}, contenders interleaved round-robin."""
-    for fn in contenders.values():
-        fn()
-    times = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, fn in contenders.items():
-            gc.collect()
-            start = time.process_time()
-            for _ in range(inner):
-                fn()
-            times[name].append((time.process_time() - start) / inner)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return side_by_side(contenders, repeats, clock=time.process_time, inner=inner)
 
 
 def load():
@@ -98,24 +86,34 @@ def residual_chain(chain):
     return step, x, (w, b)
 
 
-def loop_contenders(chain, schedule_names):
-    """name -> run() returning dL/dW (untaped returns None), and name -> schedule."""
-    step, x, (w, b) = residual_chain(chain)
-    n = chain.steps
+def gradient_of(forward, params):
+    """run() -> dL/d params[0] of L = sum(forward()), the parameters' grads cleared first."""
 
-    def gradient_of(forward):
-        def run():
-            w.grad = b.grad = None
-            forward().sum().backward()
-            return w.grad
+    def run():
+        for p in params:
+            p.grad = None
+        forward().sum().backward()
+        return params[0].grad
 
-        return run
+    return run
+
+
+def unrolled_loop(step, x, n):
+    """The loop written out in plain Python on the ordinary tape: the baseline."""
 
     def unrolled():
         h = rm.tensor(x)
         for _ in range(n):
             h = step(h)
         return h
+
+    return unrolled
+
+
+def loop_contenders(chain, schedule_names):
+    """name -> run() returning dL/dW (untaped returns None), and name -> schedule."""
+    step, x, (w, b) = residual_chain(chain)
+    n = chain.steps
 
     def untaped():
         with rm.no_grad():
@@ -134,10 +132,10 @@ def loop_contenders(chain, schedule_names):
         return carry
 
     runs = {
-        "unrolled (plain Python loop)": gradient_of(unrolled),
-        "tape.loop store_all": gradient_of(on_tape("store_all")),
-        "tape.chain store_all": gradient_of(chain_form),
-        "tape.scan store_all": gradient_of(scan_form),
+        "unrolled (plain Python loop)": gradient_of(unrolled_loop(step, x, n), (w, b)),
+        "tape.loop store_all": gradient_of(on_tape("store_all"), (w, b)),
+        "tape.chain store_all": gradient_of(chain_form, (w, b)),
+        "tape.scan store_all": gradient_of(scan_form, (w, b)),
         "untaped (rm.no_grad)": untaped,
     }
     made = {}
@@ -149,7 +147,7 @@ def loop_contenders(chain, schedule_names):
             if name in ("periodic", "revolve", "mixed")
             else schedules.make_schedule(name, steps=n)
         )
-        runs[f"tape.loop {name}"] = gradient_of(on_tape(made[name]))
+        runs[f"tape.loop {name}"] = gradient_of(on_tape(made[name]), (w, b))
     return runs, made
 
 
@@ -206,24 +204,11 @@ def sweeping_chain(chain, floats):
     def sweeping(h):
         return step(h) + c.sum() * 0.0
 
-    def gradient_of(forward):
-        def run():
-            w.grad = b.grad = c.grad = None
-            forward().sum().backward()
-            return w.grad
-
-        return run
-
-    def unrolled():
-        h = rm.tensor(x)
-        for _ in range(n):
-            h = sweeping(h)
-        return h
-
     def looped():
         return rm.Tape(schedule="store_all").loop(sweeping, rm.tensor(x), steps=n)
 
-    return gradient_of(unrolled), gradient_of(looped)
+    params = (w, b, c)
+    return gradient_of(unrolled_loop(sweeping, x, n), params), gradient_of(looped, params)
 
 
 def bench_cache_sweep(chain, sizes, repeats):

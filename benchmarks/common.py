@@ -31,11 +31,14 @@ def median_time(fn, repeats=7, warmup=1):
     return statistics.median(times)
 
 
-def side_by_side(contenders, repeats=7, warmup=1):
+def side_by_side(contenders, repeats=7, warmup=1, clock=None, inner=1):
     """Time several functions interleaved (round-robin), so drift hits all alike.
 
-    Returns {name: median seconds}.
+    Returns {name: median seconds of one call}.  ``clock`` is wall time
+    (``time.perf_counter``, read when called) unless given, e.g.
+    ``time.process_time``; ``inner`` calls are timed together, for short ones.
     """
+    clock = clock or time.perf_counter
     for fn in contenders.values():
         for _ in range(warmup):
             fn()
@@ -43,9 +46,10 @@ def side_by_side(contenders, repeats=7, warmup=1):
     for _ in range(repeats):
         for name, fn in contenders.items():
             gc.collect()
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+            start = clock()
+            for _ in range(inner):
+                fn()
+            times[name].append((clock() - start) / inner)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 

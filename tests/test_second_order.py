@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 import remat as rm
 from remat import schedules
 
+from .test_loop import tape_for
+
 rng = np.random.default_rng(14)
 WIDTH = 4
 PRIMALS = (
@@ -25,14 +27,6 @@ PRIMALS = (
     rng.standard_normal((2, WIDTH)),  # h0
 )
 DIRECTIONS = tuple(rng.standard_normal(p.shape) for p in PRIMALS)
-
-
-def tape_for(name, s):
-    if name == "store_all":
-        return rm.Tape()
-    if name == "sqrt":
-        return rm.Tape(schedule="sqrt")
-    return rm.Tape(snapshots=s, schedule=name)
 
 
 def step(w, b):
