@@ -15,6 +15,11 @@ of shorter random chains gives its cubic cost.
 The second table measures what planning over blocks gives up near the least
 memory, where its plans are furthest from the exact ones, on random chains
 small enough to plan exactly (n = 150 and 250).
+
+The last table is ``Tape(memory=)`` on 1000-step chains of residual layers
+that cycle through a few kinds (each step with weights of its own), whose
+measured times are pooled by kind of layer (:func:`remat.memory.pool_times`),
+against the same chains with every step's own measurement.
 """
 
 from benchmarks.common import environment, table  # noqa: I001  (BLAS first)
@@ -24,6 +29,10 @@ import random
 import statistics
 import time
 
+import numpy as np
+
+import remat as rm
+from remat import memory as budget_memory
 from remat import schedules
 from remat.planning import table_rows
 
@@ -149,6 +158,59 @@ def block_gap_rows(quick):
     return rows
 
 
+def residual_layers(steps, period, seed=0):
+    """``steps`` residual layers ``h + tanh(h @ w) @ v`` on a (16, 32) state, cycling through
+    ``period`` inner widths (32 to 128), each step with weights of its own."""
+    rng = np.random.default_rng(seed)
+    inner = [32, 64, 96, 128, 48, 80, 112, 40][:period]
+    layers = []
+    for i in range(steps):
+        w = rm.tensor(rng.standard_normal((32, inner[i % period])) / 6, requires_grad=True)
+        v = rm.tensor(rng.standard_normal((inner[i % period], 32)) / 12, requires_grad=True)
+        layers.append(lambda h, w=w, v=v: h + rm.tanh(h @ w) @ v)
+    return layers, rm.tensor(rng.standard_normal((16, 32)), requires_grad=True)
+
+
+def repeated_rows(quick):
+    """Tape(memory=) on a chain of repeated layers, times pooled by kind or not: the plan
+    it makes, the CPU seconds of planning it from the measured costs, and of the whole
+    call (measuring, planning, running the forward sweep)."""
+    steps, periods = (40, (1, 2)) if quick else (STEPS, (1, 2, 4, 8))
+    unpooled = budget_memory.step_kind
+    rows = []
+    for period in periods:
+        layers, x = residual_layers(steps, period)
+        budget_memory.clear_plans()
+        with rm.Tape(memory=2**40) as tape:  # everything fits: the costs, measured once
+            tape.chain(layers, x)
+        budget = 3 * schedules.minimum_bytes(tape.plans[0][1])
+        for pooled in (True, False):
+            budget_memory.step_kind = unpooled if pooled else id  # every step its own kind
+            budget_memory.clear_plans()
+            try:
+                begin = time.process_time()
+                with rm.Tape(memory=budget) as tape:
+                    tape.chain(layers, x)
+                whole = time.process_time() - begin
+            finally:
+                budget_memory.step_kind = unpooled
+            plan, costs = tape.plans[0]
+            planning_s, _ = cpu_seconds(lambda: budget_memory.plan_optimal(costs, budget), 1)
+            kind = "exact" if getattr(plan, "blocks", None) is None else f"blocks={plan.blocks}"
+            rows.append(
+                (
+                    steps,
+                    period,
+                    "pooled by kind" if pooled else "each step its own",
+                    f"{type(plan).__name__}, {kind}",
+                    f"{planning_s:.3f}",
+                    f"{whole:.3f}",
+                    f"{tape.stats.peak_bytes} <= {budget}",
+                )
+            )
+    return rows
+
+
 def run(quick=False):
     load_before = os.getloadavg()[0]
     periods = table(
@@ -175,6 +237,18 @@ def run(quick=False):
             "2 a block, at small states",
         ],
         block_gap_rows(quick),
+    )
+    repeated = table(
+        [
+            "steps",
+            "kinds of layer",
+            "times",
+            "plan",
+            "planning s (CPU)",
+            "Tape(memory=) call s (CPU)",
+            "peak bytes",
+        ],
+        repeated_rows(quick),
     )
     load_after = os.getloadavg()[0]
     return "\n".join(
@@ -208,6 +282,15 @@ def run(quick=False):
             "smallest state within half a block (`blocks=B`, the default placement).",
             "",
             gaps,
+            "",
+            "`Tape(memory=3 x least)` on chains of residual layers (16 x 32 states) cycling "
+            "through a few inner widths, each step with weights of its own: measured times "
+            "pooled by kind of layer (the default), or each step's own (a stand-in "
+            "`step_kind`); the plan's CPU seconds (`plan_optimal` on the measured costs, "
+            "one run) and the whole call's (measuring 1000 steps, planning, the forward "
+            "sweep). One kind of layer pooled is a loop to the planner.",
+            "",
+            repeated,
             "",
         ]
     )

@@ -21,7 +21,10 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
    times: the least per step; a run as long as the plan's runs of tapes
    prices the caches as the plan will meet them) and taken for every step; so are a scan's
    (its inputs ``xs[i]`` all have one shape).  A chain is measured step by
-   step, once, one tape at a time.  Measuring holds no snapshot and never
+   step, once, one tape at a time; steps that are one layer repeated (the same
+   code on captured values of the same shapes, :func:`step_kind`, between
+   states of the same shapes, with tapes of the same bytes) then each take the
+   median of their times (:func:`pool_times`).  Measuring holds no snapshot and never
    more tapes than fit in the budget; if step 0's tape (a chain's step i)
    alone is over it, measuring stops there with the ValueError of a budget
    too small.  The random-number stream is put back as it was.
@@ -64,10 +67,15 @@ programme is affordable, blocks of 5 steps gave plans 0.4% slower than the
 exact ones at ten times the least memory, 3% at three times and 0.2% at 1.5
 times; blocks of 2 steps 0.1%, 0.1% and 0.7% (with blocks of even lengths it
 was 2%, 10% and 60%, and 0.3%, 3% and 23%; ``python -m benchmarks memory``
-measures it, ``python -m benchmarks planning`` on more chains).  A chain
-whose costs repeat exactly (one built by hand) would plan exactly and fast
-(rows shared by alike segments, :mod:`remat.planning`), but measured times
-always differ, so ``Tape(memory=)`` plans over blocks.  A budget too
+measures it, ``python -m benchmarks planning`` on more chains).  Measured
+times always differ a little, even from one layer to an identical one; but a
+chain that repeats a few layers (a transformer's blocks, a stack of one
+residual block with weights of its own at each step) has its times pooled by
+kind of layer, so its costs repeat exactly, its alike segments share rows
+(:mod:`remat.planning`), and it is planned exactly wherever that search is
+no larger than that of :data:`EXACT_LIMIT` steps that all differ (a chain
+cycling through up to about 10 kinds of layer, at 1000 steps); one layer
+repeated is planned as a loop.  A budget too
 small for the blocks is planned over :data:`EXACT_LIMIT` blocks, then exactly
 (a chain of at most EXACT_LIMIT steps), and failing that with revolve and the
 most slots that fit.  A loop's steps are all alike and its programme is only
@@ -85,7 +93,7 @@ from collections import OrderedDict
 from fractions import Fraction
 from numbers import Integral
 
-from . import backend, schedules
+from . import backend, planning, schedules
 from .executor import HANDLERS, ChainRun, Holdings, KeepingRun, Spec, leaves_of
 from .selective import Unobserved
 
@@ -355,7 +363,7 @@ def _time_slots(run, state_bytes, memory, repeats):
     return best
 
 
-def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
+def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=None):
     """``(costs, peak, overhead)``: the :class:`ChainCosts` of ``chain`` from ``state``, the
     most bytes held measuring, and the seconds an action costs besides its steps
     (a dict by kind of action, for :func:`predicted_time`).
@@ -376,6 +384,11 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
     holds over the budget is refused before it is held, and a ValueError
     says the least any plan needs (for a chain, the remaining steps are then
     taped one by one only to learn their tapes' bytes, each dropped at once).
+
+    ``kinds`` (a chain's: one hashable key a step, :func:`step_kind`): steps
+    of one kind whose states and tapes have the same shapes and bytes are the
+    same layer measured again, and each takes the median of their times
+    (:func:`pool_times`).
     """
     x0, x0_nodes, tree = leaves_of(state, "the initial state")
     rng = backend.random_state()
@@ -443,12 +456,72 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5):
             forward = [f - each for f in forward]
             overhead = {schedules.Advance: each}  # a step's records are made one by one
             # whether taped in one action or many: its Tape/Reverse times keep their share
+        if kinds is not None:
+            specs = [run.spec_at(i) for i in range(steps + 1)]
+            specs = [(s.tree, s.shapes, tuple(map(str, s.dtypes))) for s in specs]
+            layers = [
+                (kinds[i], specs[i], specs[i + 1], state_bytes[i + 1], tape_bytes[i])
+                for i in range(steps)
+            ]
+            forward, reverse = pool_times(forward, layers), pool_times(reverse, layers)
         run.current, run.position = start, 0
         overhead.update(_time_slots(run, state_bytes[0], memory, repeats))
         return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak, overhead
     finally:
         run.release()
         backend.set_random_state(rng)
+
+
+def step_kind(function):
+    """A key that two steps share when they run the same code on the same captured
+    values: the function's code object, and what it captures (defaults and closure
+    cells), arrays and Tensors by shape and dtype, numbers and strings by value,
+    anything else by identity.  Steps of one kind, on states of one shape, are one
+    layer measured again (:func:`pool_times`): ``[lambda h, w=w: rm.tanh(h @ w) for w
+    in weights]`` with weights of one shape are all one kind.  A callable that is not
+    a Python function (a class instance, a builtin) is a kind of its own."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return ("object", id(function))
+    cells = []
+    for cell in getattr(function, "__closure__", None) or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # a cell not yet filled
+            cells.append(None)
+    defaults = getattr(function, "__defaults__", None) or ()
+    keywords = getattr(function, "__kwdefaults__", None) or {}
+    return (
+        code,
+        tuple(_captured_kind(v) for v in (*defaults, *cells)),
+        tuple((k, _captured_kind(v)) for k, v in keywords.items()),
+    )
+
+
+def _captured_kind(value):
+    data = getattr(value, "_data", value)  # a Tensor's array
+    if backend.is_array(data):
+        return ("array", tuple(data.shape), str(data.dtype))
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return ("value", type(value), value)
+    return ("object", id(value))
+
+
+def pool_times(times, kinds):
+    """Each time replaced by the median of the times of its kind's steps (the lower
+    median, a time one of them took): the same layer, measured at several steps,
+    costs the same at each, so the plan's programme sees equal steps, whose
+    segments share rows (:mod:`remat.planning`), and a chain of one layer repeated
+    is a loop to it.
+
+    >>> pool_times([1.0, 5.0, 2.0, 3.0, 9.0], ["a", "b", "a", "a", "c"])
+    [2.0, 5.0, 2.0, 2.0, 9.0]
+    """
+    members = {}
+    for i, kind in enumerate(kinds):
+        members.setdefault(kind, []).append(times[i])
+    median = {kind: sorted(ts)[(len(ts) - 1) // 2] for kind, ts in members.items()}
+    return [median[kind] for kind in kinds]
 
 
 def measure_kept(tape, chain, state, steps, alike):
@@ -491,7 +564,7 @@ def plan_optimal(costs, memory, form="Tape", block_limit=None):
     the most slots that fit (see the module docstring)."""
     limit = BLOCK_LIMIT if block_limit is None else block_limit
     n = costs.steps
-    if n > (UNIFORM_LIMIT if _alike(costs) else limit):
+    if n > (UNIFORM_LIMIT if _alike(costs) else limit) and not _shares_enough(costs):
         for blocks in dict.fromkeys((limit, max(limit, min(n - 1, EXACT_LIMIT)))):
             try:
                 return schedules.Optimal(costs, memory, blocks=blocks)
@@ -509,6 +582,17 @@ def plan_optimal(costs, memory, form="Tape", block_limit=None):
         if "too small" in str(error):
             raise _too_small(form, memory, schedules.minimum_bytes(costs)) from None
         raise
+
+
+def _shares_enough(costs):
+    """Whether a heterogeneous chain's exact programme, its alike segments sharing rows
+    (a chain of a few layers repeated, their times pooled), searches no more splits
+    than that of a chain of :data:`EXACT_LIMIT` steps that all differ (about 1-2 s)."""
+    if _alike(costs):
+        return False
+    args = costs.state_bytes, costs.tape_bytes, costs.forward_time, costs.reverse_time
+    shared, cells = planning.split_cells(*args)
+    return shared and cells <= (EXACT_LIMIT - 1) * EXACT_LIMIT * (EXACT_LIMIT + 1) // 6
 
 
 def _alike(costs):
@@ -606,7 +690,8 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         _PLANS.move_to_end(key)
         return (*entry, "reused")
     with Unobserved():  # a policy around this chain sees the chain's run, not these
-        costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike)
+        kinds = None if alike else [step_kind(f) for f in functions]
+        costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike, kinds=kinds)
         kept = 0 if tape.recompute is None else measure_kept(tape, chain, state, steps, alike)
     room = memory - kept  # what the slots and tapes may hold beside the policy's values
     try:

@@ -58,8 +58,8 @@ class, and two stacks of up to ``n`` rows for each class of the most
 numerous length (``p n`` rows for a period ``p``).  The table shares rows
 where that cuts the split search :data:`SHARE_GAIN` times or more, holds no
 more than half the rows, and the chain has :data:`_SHARE_FROM` steps or more;
-a chain whose steps all differ (measured times always differ a little) gains
-nothing.  Measured (``python -m benchmarks planning``, 1000 steps, 128
+a chain whose steps all differ gains nothing (measured times always differ a
+little: :mod:`remat.memory` pools those of one layer repeated).  Measured (``python -m benchmarks planning``, 1000 steps, 128
 levels, one core's CPU time): period 2 in 0.2-0.4 s, 4 in 0.3-0.7 s, 8 in
 0.7-1.1 s, 16 in 1.2-2.1 s, from 1.5 to 10 times the least memory.
 
@@ -396,6 +396,23 @@ def table_rows(
     alike in bytes are alike in units)."""
     classes = _classes(state_sizes, tape_sizes, forward, reverse, None, None)
     return (len(tape_sizes) + 1) ** 2 if classes is None else classes.rows_held()
+
+
+def split_cells(
+    state_sizes: Sequence[float] | np.ndarray,
+    tape_sizes: Sequence[float] | np.ndarray,
+    forward: Sequence[float] | np.ndarray,
+    reverse: Sequence[float] | np.ndarray,
+) -> tuple[bool, int]:
+    """Whether a SplitTable for this chain shares rows, and the cells its split search
+    visits at each level (every split of every segment, or of every distinct
+    segment where rows are shared): its time is about that times the levels
+    times 1-2 ns."""
+    classes = _classes(state_sizes, tape_sizes, forward, reverse, None, None)
+    n = len(tape_sizes)
+    if classes is None:
+        return False, (n - 1) * n * (n + 1) // 6
+    return True, classes.split_work()
 
 
 def _classes(

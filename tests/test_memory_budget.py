@@ -550,3 +550,89 @@ def test_the_cache_keeps_the_latest_plans_only(monkeypatch):
     assert plan(low + 16) == "measured"  # evicts low + 8, the least recently used
     assert len(memory._PLANS) == 2
     assert [plan(low), plan(low + 8)] == ["reused", "measured"]
+
+
+# --- a layer repeated along a chain: measured once a kind, planned exactly -----------
+
+
+def test_steps_of_one_kind_run_the_same_code_on_captured_values_alike():
+    a, b, c = (rm.tensor(rng.standard_normal((4, 4))) for _ in range(3))
+    wide = rm.tensor(rng.standard_normal((4, 6)))
+    kinds = [
+        memory.step_kind(f)
+        for f in [lambda h, w=w: rm.tanh(h @ w) for w in (a, b, wide)]
+        + [lambda h, w=c, act=act: act(h @ w) for act in (rm.tanh, rm.tanh, rm.sin)]
+        + [lambda h, k=k: h * k for k in (2, 2, 3)]
+    ]
+    assert kinds[0] == kinds[1] != kinds[2]  # weights of one shape; another shape
+    assert kinds[3] == kinds[4] != kinds[5]  # the same activation; another one
+    assert kinds[6] == kinds[7] != kinds[8]  # numbers by value
+    assert len(set(kinds[:3] + kinds[3:6] + kinds[6:])) == 6
+    assert memory.step_kind(res_step) == memory.step_kind(res_step)
+    assert memory.step_kind(rm.tanh) != memory.step_kind(rm.sin)  # not Python functions
+
+
+def test_pooled_times_are_a_median_each_kind_took():
+    times = [3.0, 1.0, 4.0, 1.5, 5.0, 9.0]
+    assert memory.pool_times(times, "aabaac") == [1.5, 1.5, 4.0, 1.5, 1.5, 9.0]
+    assert memory.pool_times(times, "aabaab") == [1.5, 1.5, 4.0, 1.5, 1.5, 4.0]
+    assert memory.pool_times(times, range(6)) == times
+
+
+def repeated_layers(steps, period=2):
+    """A residual chain cycling through ``period`` kinds of layer (inner widths 5, 9,
+    ...), each step with weights of its own."""
+    inner = [5, 9, 3, 7][:period]
+    weights = [
+        (
+            rm.tensor(rng.standard_normal((8, inner[i % period])) / 3, requires_grad=True),
+            rm.tensor(rng.standard_normal((inner[i % period], 8)) / 9, requires_grad=True),
+        )
+        for i in range(steps)
+    ]
+    layers = [lambda h, w=w, v=v: h + rm.tanh(h @ w) @ v for w, v in weights]
+    return layers, [p for pair in weights for p in pair]
+
+
+def run_layers(tape, layers, params):
+    for p in params:
+        p.grad = None
+    h0 = rm.tensor(H0, requires_grad=True)
+    with tape:
+        loss = (tape.chain(layers, h0) ** 2).sum()
+    loss.backward()
+    return [h0.grad, *(p.grad for p in params)]
+
+
+def test_a_long_chain_of_repeated_layers_pools_its_times_and_plans_exactly(monkeypatch):
+    monkeypatch.setattr(memory, "BLOCK_LIMIT", 8)  # 40 steps: over blocks, were they all different
+    layers, params = repeated_layers(40)
+    reference = run_layers(rm.Tape(), layers, params)
+    budget = 2**40
+    run_layers(Tape(memory=budget), layers, params)
+    costs = memory._PLANS[next(reversed(memory._PLANS))][1]
+    for times in (list(costs.forward_time), list(costs.reverse_time)):
+        assert times[0::2] == [times[0]] * 20 and times[1::2] == [times[1]] * 20
+        assert times[0] != times[1]  # two kinds of layer
+    budget = (schedules.minimum_bytes(costs) + sum(costs.tape_bytes)) // 4
+    memory.clear_plans()
+    tape = Tape(memory=budget)
+    assert same(run_layers(tape, layers, params), reference)
+    plan, measured = tape.plans[0]
+    assert isinstance(plan, schedules.Optimal) and plan.blocks is None  # the exact programme
+    assert 0 < plan.predicted_time and tape.stats.peak_bytes <= budget
+    assert schedules.simulate(plan, measured).peak_bytes <= budget
+
+
+def test_a_chain_whose_layers_all_differ_is_still_planned_over_blocks(monkeypatch):
+    monkeypatch.setattr(memory, "BLOCK_LIMIT", 8)
+    weights = [rm.tensor(rng.standard_normal((8, 8)) / 3, requires_grad=True) for _ in range(40)]
+    layers = [lambda h, w=w, k=k: h + rm.tanh(h @ w) * (1 + k) for k, w in enumerate(weights)]
+    reference = run_layers(rm.Tape(), layers, weights)
+    run_layers(Tape(memory=2**40), layers, weights)
+    costs = memory._PLANS[next(reversed(memory._PLANS))][1]
+    budget = (schedules.minimum_bytes(costs) + sum(costs.tape_bytes)) // 4
+    memory.clear_plans()
+    tape = Tape(memory=budget)
+    assert same(run_layers(tape, layers, weights), reference)
+    assert tape.plans[0][0].blocks == 8 and tape.stats.peak_bytes <= budget

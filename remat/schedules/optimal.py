@@ -62,10 +62,11 @@ same, bit for bit, as with a row a segment).  A chain that cycles through
 distinct segments and a split search of ``p n^2 levels / 2``: 1000 steps
 plan exactly in 0.2-0.4 s for ``p = 2``, 0.7-1.1 s for ``p = 8``, 1.1-2 s
 for ``p = 16`` (``python -m benchmarks planning``).  It is chosen on its own
-where it saves work.  Measured costs (``Tape(memory=)``) always differ a
-little from step to step, and a chain of a few stages of identical layers
-has almost as many distinct segments as segments (most span a stage
-boundary, at every offset), so neither gains.
+where it saves work.  Measured costs always differ a little from step to
+step, so ``Tape(memory=)`` pools the times of steps that are one layer
+repeated (:func:`remat.memory.pool_times`) to gain from it.  A chain of a
+few stages of identical layers has almost as many distinct segments as
+segments (most span a stage boundary, at every offset), and gains nothing.
 
 Long chains: ``blocks=``.  No exact programme of this kind plans 1000
 heterogeneous steps whose costs all differ in seconds (``n^3 levels / 6``
