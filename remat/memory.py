@@ -474,15 +474,20 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
 
 def step_kind(function):
     """A key that two steps share when they run the same code on the same captured
-    values: the function's code object, and what it captures (defaults and closure
-    cells), arrays and Tensors by shape and dtype, numbers and strings by value,
-    anything else by identity.  Steps of one kind, on states of one shape, are one
-    layer measured again (:func:`pool_times`): ``[lambda h, w=w: rm.tanh(h @ w) for w
-    in weights]`` with weights of one shape are all one kind.  A callable that is not
-    a Python function (a class instance, a builtin) is a kind of its own."""
-    code = getattr(function, "__code__", None)
-    if code is None:
-        return ("object", id(function))
+    values: the function's code object and what it captures (defaults, closure
+    cells, a bound method's instance attributes), arrays and Tensors by shape and
+    dtype, numbers and strings by value, anything else by identity.  A callable
+    object is its class's ``__call__`` on its attributes.  Steps of one kind, on
+    states of one shape, are one layer measured again (:func:`pool_times`):
+    ``[lambda h, w=w: rm.tanh(h @ w) for w in weights]`` with weights of one shape
+    are all one kind.  Any other callable (a builtin, a ``functools.partial``) is
+    a kind of its own."""
+    code = getattr(getattr(function, "__func__", function), "__code__", None)
+    if code is None:  # a callable object: its class's __call__, on its attributes
+        call = getattr(type(function), "__call__", None)
+        if getattr(call, "__code__", None) is None or not hasattr(function, "__dict__"):
+            return ("object", id(function))
+        return (call.__code__, _attributes_kind(function))
     cells = []
     for cell in getattr(function, "__closure__", None) or ():
         try:
@@ -491,11 +496,20 @@ def step_kind(function):
             cells.append(None)
     defaults = getattr(function, "__defaults__", None) or ()
     keywords = getattr(function, "__kwdefaults__", None) or {}
+    instance = getattr(function, "__self__", None)  # a bound method's
     return (
         code,
         tuple(_captured_kind(v) for v in (*defaults, *cells)),
         tuple((k, _captured_kind(v)) for k, v in keywords.items()),
+        None if instance is None else _attributes_kind(instance),
     )
+
+
+def _attributes_kind(instance):
+    attributes = getattr(instance, "__dict__", None)
+    if not isinstance(attributes, dict):
+        return ("object", id(instance))
+    return (type(instance), tuple((k, _captured_kind(v)) for k, v in attributes.items()))
 
 
 def _captured_kind(value):

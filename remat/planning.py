@@ -59,9 +59,10 @@ numerous length (``p n`` rows for a period ``p``).  The table shares rows
 where that cuts the split search :data:`SHARE_GAIN` times or more, holds no
 more than half the rows, and the chain has :data:`_SHARE_FROM` steps or more;
 a chain whose steps all differ gains nothing (measured times always differ a
-little: :mod:`remat.memory` pools those of one layer repeated).  Measured (``python -m benchmarks planning``, 1000 steps, 128
-levels, one core's CPU time): period 2 in 0.2-0.4 s, 4 in 0.3-0.7 s, 8 in
-0.7-1.1 s, 16 in 1.2-2.1 s, from 1.5 to 10 times the least memory.
+little: :mod:`remat.memory` pools those of one layer repeated).  Measured
+(``python -m benchmarks planning``, 1000 steps, 128 levels, one core's CPU
+time): period 2 in 0.2-0.4 s, 4 in 0.3-0.7 s, 8 in 0.7-1.1 s, 16 in 1.2-2.1 s,
+from 1.5 to 10 times the least memory.
 
 Levels searched.  Below the first finite level of a split's left part or of
 its right part (both kept for every row), the split's cell is ``+inf``, so

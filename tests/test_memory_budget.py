@@ -5,6 +5,7 @@ own count), measuring included, and give gradients bit-identical to
 store-all's whatever the plan.  No test here asserts anything about time.
 """
 
+import functools
 import itertools
 
 import numpy as np
@@ -569,7 +570,34 @@ def test_steps_of_one_kind_run_the_same_code_on_captured_values_alike():
     assert kinds[6] == kinds[7] != kinds[8]  # numbers by value
     assert len(set(kinds[:3] + kinds[3:6] + kinds[6:])) == 6
     assert memory.step_kind(res_step) == memory.step_kind(res_step)
-    assert memory.step_kind(rm.tanh) != memory.step_kind(rm.sin)  # not Python functions
+    assert memory.step_kind(rm.tanh) != memory.step_kind(rm.sin)
+    assert memory.step_kind(abs) != memory.step_kind(round)  # builtins: by identity
+    halves = [functools.partial(lambda h, k: h * k, k=0.5) for _ in range(2)]
+    assert memory.step_kind(halves[0]) != memory.step_kind(halves[1])  # partials: too
+
+
+class Layer:
+    def __init__(self, w, act):
+        self.w, self.act = w, act
+
+    def __call__(self, h):
+        return self.act(h @ self.w)
+
+    def forward(self, h):
+        return self.act(h @ self.w)
+
+
+def test_layers_written_as_classes_are_of_one_kind_when_their_attributes_are():
+    a, b = (rm.tensor(rng.standard_normal((4, 4))) for _ in range(2))
+    wide = rm.tensor(rng.standard_normal((4, 6)))
+    layers = [Layer(a, rm.tanh), Layer(b, rm.tanh), Layer(wide, rm.tanh), Layer(b, rm.sin)]
+    for kinds in (
+        [memory.step_kind(layer) for layer in layers],
+        [memory.step_kind(layer.forward) for layer in layers],
+    ):
+        assert kinds[0] == kinds[1]
+        assert len({kinds[1], kinds[2], kinds[3]}) == 3
+    assert memory.step_kind(layers[0]) != memory.step_kind(layers[0].forward)
 
 
 def test_pooled_times_are_a_median_each_kind_took():
