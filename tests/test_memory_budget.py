@@ -7,6 +7,7 @@ store-all's whatever the plan.  No test here asserts anything about time.
 
 import functools
 import itertools
+import random
 
 import numpy as np
 import pytest
@@ -664,3 +665,51 @@ def test_a_chain_whose_layers_all_differ_is_still_planned_over_blocks(monkeypatc
     tape = Tape(memory=budget)
     assert same(run_layers(tape, layers, weights), reference)
     assert tape.plans[0][0].blocks == 8 and tape.stats.peak_bytes <= budget
+
+
+KINDS = [  # three kinds of residual layer on the (4, 8) state of H0: inner widths 5, 9, 3
+    [
+        (
+            rm.tensor(rng.standard_normal((8, width)) / 3, requires_grad=True),
+            rm.tensor(rng.standard_normal((width, 8)) / 9, requires_grad=True),
+        )
+        for _ in range(40)
+    ]
+    for width in (5, 9, 3)
+]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(0, 2), min_size=1, max_size=5),
+    st.integers(33, 40),
+    st.booleans(),
+    st.floats(0, 1),
+)
+def test_chains_of_repeated_layers_are_exact_within_every_budget(cycle, steps, shuffle, where):
+    order = [cycle[i % len(cycle)] for i in range(steps)]
+    if shuffle:  # a chain of the same kinds out of order: few alike segments
+        order = random.Random(steps).sample(order, steps)
+    weights = [KINDS[kind][i] for i, kind in enumerate(order)]
+    layers = [lambda h, w=w, v=v: h + rm.tanh(h @ w) @ v for w, v in weights]
+    params = [p for pair in weights for p in pair]
+    reference = run_layers(rm.Tape(), layers, params)
+    memory.clear_plans()
+    run_layers(Tape(memory=2**40), layers, params)
+    costs = memory._PLANS[next(reversed(memory._PLANS))][1]
+    for i, j in itertools.combinations(range(len(order)), 2):
+        if order[i] == order[j]:  # one kind: one time (the state's shape never changes)
+            assert costs.forward_time[i] == costs.forward_time[j]
+            assert costs.reverse_time[i] == costs.reverse_time[j]
+    low, high = schedules.minimum_bytes(costs), sum(costs.tape_bytes)
+    budget = int(low + where * (high - low))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(memory, "BLOCK_LIMIT", 8)  # over blocks, unless it shares enough
+        memory.clear_plans()
+        tape = Tape(memory=budget)
+        grads = run_layers(tape, layers, params)
+    assert tape.stats.peak_bytes <= budget
+    assert same(grads, reference)
+    plan = tape.plans[0][0]
+    if len(set(cycle)) == 1 or not shuffle:  # a loop, or a short cycle: planned exactly
+        assert getattr(plan, "blocks", None) is None
