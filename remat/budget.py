@@ -140,9 +140,9 @@ class Tape(Recorder):
     ``"2 GB"``): each loop, chain and scan is measured, planned with
     :class:`remat.schedules.Optimal` (``schedule=None`` or ``"optimal"``) and
     run within it (:mod:`remat.memory`); ``tape.stats.peak_bytes`` never
-    exceeds it (for gradients: the run with tangents of ``rm.hvp`` or
-    ``rm.grad`` of ``rm.grad`` follows the same plan and holds up to twice
-    it), and ``tape.plans`` lists each chain's (schedule, measured costs).
+    exceeds it (nor does the run with tangents of ``rm.hvp`` or ``rm.grad``
+    of ``rm.grad``, which has a plan of its own for its doubled sizes), and
+    ``tape.plans`` lists each chain's (schedule, measured costs).
     With ``snapshots=s`` (and ``schedule="revolve"``, the default then, or
     ``"mixed"``) the two must agree: ``s`` slots must fit in the
     budget under the measured costs; ``"revolve"`` or ``"mixed"`` without
@@ -328,8 +328,8 @@ class Tape(Recorder):
     def _budgeted(self, chain, state, steps, functions, alike):
         """Run ``chain`` under the byte budget: plan it (or reuse the plan), run, report."""
         plan = _memory.plan_chain(self, chain, state, steps, functions, alike)
-        schedule, costs, predicted, how = plan
-        result = run_chain(self, chain, state, schedule)
+        schedule, costs, predicted, how, with_tangents = plan
+        result = run_chain(self, chain, state, schedule, plan_with_tangents=with_tangents)
         self.plans.append((schedule, costs))
         stats = self.loops[-1]
         stats.memory, stats.plan, stats.predicted_seconds = self.byte_limit, how, predicted

@@ -765,6 +765,9 @@ class ChainRun:
         self.reversed = False  # whether a backward ran (a second one starts from x_0)
         self.loops = tape.loops  # the tape's LoopStats: runs again add theirs
         self.byte_limit = getattr(tape, "byte_limit", None)
+        # Tape(memory=): a callable giving the schedule of the run with tangents, planned
+        # for what that run holds (run_chain's plan_with_tangents); None: this schedule
+        self.plan_with_tangents = None
         self.slots = {}  # (level, slot) -> (step, arrays, rng state, guard checks, seq)
         self.disk_dir = getattr(tape, "disk_dir", None)
         self.disk = None  # the DiskStore of level="disk" slots, made on the first write
@@ -1313,7 +1316,12 @@ class ChainRun:
         Its counts are listed on the tape after the first run's."""
         run = copy.copy(self)
         run.__class__ = kind or ChainRun
-        run.actions = iter(self.schedule)
+        # under a byte budget the run with tangents has a plan of its own, for its states
+        # with their tangents and its tapes with theirs: it stays within the budget too
+        budgeted = kind is not None and self.plan_with_tangents is not None
+        if budgeted:
+            run.schedule = self.plan_with_tangents()
+        run.actions = iter(run.schedule)
         run.online_forward = hasattr(run.actions, "finish")
         run.until, run.max_steps = None, self.stats.steps  # the length is known now
         run.current, run.position = self.start, 0
@@ -1321,12 +1329,12 @@ class ChainRun:
         run.disk = None  # its disk slots are files of its own (the first run's are gone)
         run.inverted = None
         run.keeping = None  # a policy's kept values went with the first backward: recompute
-        run.held = Holdings(None if kind else self.byte_limit)
+        run.held = Holdings(None if kind and not budgeted else self.byte_limit)
         run.cotangent = run.ys_cotangent = run.xs_grads = run.outer_sweep = None
         what = "with tangents" if kind else "again"
         run.stats = LoopStats(
-            schedule=f"{type(self.schedule).__name__} {what}",
-            snapshots=self.schedule.snapshots,
+            schedule=f"{type(run.schedule).__name__} {what}",
+            snapshots=run.schedule.snapshots,
             timeline=[(0, 0)] if self.stats.timeline is not None else None,
         )
         self.loops.append(run.stats)
@@ -1770,11 +1778,15 @@ def fingerprint_all(arrays: Iterable[Any], full: bool = False) -> int:
     return value
 
 
-def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
+def run_chain(tape, chain, state, schedule, until=None, max_steps=None, plan_with_tangents=None):
     """Run ``chain`` from ``state`` following ``schedule``; return (final state, ys).
 
     The chain is one record on the open tape (when gradients are on); its
-    backward runs the rest of the schedule.
+    backward runs the rest of the schedule.  ``plan_with_tangents`` (under
+    ``rm.Tape(memory=)``): a callable that gives the schedule of the chain's
+    run with tangents (``rm.hvp``, ``rm.grad`` of ``rm.grad``), which then
+    holds no more than the budget either; without it that run follows
+    ``schedule`` again.
     """
     x0, x0_nodes, tree0 = leaves_of(state, "the initial state", copy_arrays=True)
     for k, a in enumerate(x0):
@@ -1793,6 +1805,7 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None):
         keeps = False
     kind = KeepingRun if keeps else ChainRun
     run = kind(tape, chain, schedule, x0, x0_nodes, spec0, until, max_steps)
+    run.plan_with_tangents = plan_with_tangents
     try:
         final, ys = run.run_forward()
     except BaseException:

@@ -660,8 +660,9 @@ def hvp(f: Callable[..., Tensor], primals: tuple[PyTree, ...], tangents: tuple[P
     always, and its tangent by running the chain again under the same
     schedule with (state, tangent) in every snapshot: the same step
     evaluations as the gradient's run, twice its bytes (``tape.stats`` lists
-    that run as "<Schedule> with tangents").  The results are those of
-    store-all bit for bit under every schedule.
+    that run as "<Schedule> with tangents").  Under ``rm.Tape(memory=)`` that
+    run has a plan of its own, for its doubled sizes, within the same budget.
+    The results are those of store-all bit for bit under every schedule.
 
     >>> import numpy as np, remat as rm
     >>> x, v = np.array([1.0, 2.0]), np.array([1.0, 0.0])

@@ -40,6 +40,14 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
    are in ``reverse_time`` (2-3% of it on remat's residual MLP at widths 16
    and 256, measured in CPU time).
 
+Second order (``rm.hvp``, ``rm.grad`` of ``rm.grad``) runs each chain again
+with tangents: every state with its tangent, every taped step with the
+tangents of the values it saves, at most twice the first-order bytes.  That
+run is planned on its own (:func:`plan_with_tangents`: the measured costs
+with doubled sizes, the same planner, the same budget), when it is first
+needed, and the plan is cached beside the first-order one; the executor holds
+it to the budget too.
+
 Under ``rm.Tape(memory=..., policy=...)`` the chain's steps keep what the
 policy chooses (:mod:`remat.selective`), each from its first run until it is
 reversed: all of it is held at the end of the forward sweep.  Those bytes
@@ -681,8 +689,10 @@ def _spec_key(tree_and_arrays):
 
 
 def plan_chain(tape, chain, state, steps, functions, alike):
-    """``(schedule, costs, predicted seconds, how)`` for ``chain`` under ``tape``'s budget:
-    from the cache ("reused") or measured and planned now ("measured")."""
+    """``(schedule, costs, predicted seconds, how, with tangents)`` for ``chain`` under
+    ``tape``'s budget: from the cache ("reused") or measured and planned now
+    ("measured"); the last is a callable that gives the plan of the chain's run
+    with tangents (planned when first called, then cached)."""
     memory, name, snapshots = tape.byte_limit, tape.memory_schedule, tape.policy.snapshots
     x0, _, tree = leaves_of(state, "the initial state")
     key = (
@@ -702,7 +712,7 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         key, entry = None, None
     if entry is not None:
         _PLANS.move_to_end(key)
-        return (*entry, "reused")
+        return (*entry[:3], "reused", _tangent_planner(entry, memory, name, chain.owner))
     with Unobserved():  # a policy around this chain sees the chain's run, not these
         kinds = None if alike else [step_kind(f) for f in functions]
         costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike, kinds=kinds)
@@ -725,11 +735,57 @@ def plan_chain(tape, chain, state, steps, functions, alike):
             f"for the plan's slots and tapes: {error}"
         ) from None
     predicted = predicted_time(schedule, costs, overhead)
+    entry = [schedule, costs, predicted, None]  # the last: the plan with tangents, once made
     if key is not None:
-        _PLANS[key] = (schedule, costs, predicted)
+        _PLANS[key] = entry
         while len(_PLANS) > CACHE_SIZE:
             _PLANS.popitem(last=False)
-    return schedule, costs, predicted, "measured"
+    with_tangents = _tangent_planner(entry, memory, name, chain.owner)
+    return schedule, costs, predicted, "measured", with_tangents
+
+
+def _tangent_planner(entry, memory, name, form):
+    """A callable that gives (and keeps in the cache ``entry``) the plan of the chain's
+    run with tangents: :func:`plan_with_tangents` for the entry's costs."""
+
+    def plan():
+        if entry[3] is None:
+            entry[3] = plan_with_tangents(entry[1], memory, name, form)
+        return entry[3]
+
+    return plan
+
+
+def plan_with_tangents(costs, memory, name="optimal", form="Tape"):
+    """The plan of a chain's run with tangents (``rm.hvp``, ``rm.grad`` of ``rm.grad``)
+    within ``memory`` bytes: that run holds each state with its tangent, and each
+    taped step's tape with the tangents of the step's own values it saves (one a
+    saved array), so at most twice the first-order bytes, and it is planned as the
+    chain whose sizes are doubled, by the same planner (``name``: ``"optimal"``, or
+    revolve or mixed with the most slots that fit).  The times are the first-order
+    ones (a step with tangents costs more, alike at every step).
+
+    >>> from remat import schedules
+    >>> costs = schedules.ChainCosts.uniform(20, 1.0, 2.0, 100, 300)
+    >>> plan_with_tangents(costs, 1500).predicted_peak_bytes <= 1500
+    True
+    """
+    doubled = schedules.ChainCosts(
+        costs.forward_time,
+        costs.reverse_time,
+        [2 * s for s in costs.state_bytes],
+        [2 * t for t in costs.tape_bytes],
+    )
+    try:
+        if name == "optimal":
+            return plan_optimal(doubled, memory, form)
+        return fitting_slots(name, doubled, memory, None, form)
+    except ValueError as error:
+        raise ValueError(
+            f"{form}: memory={memory} bytes is too small for the chain's run with tangents "
+            "(rm.hvp, rm.grad of rm.grad), which holds each state with its tangent and each "
+            f"step's tape with the tangents it saves, twice the bytes: {error}"
+        ) from None
 
 
 def predicted_time(schedule, costs, overhead=None):

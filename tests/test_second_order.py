@@ -365,3 +365,67 @@ def test_a_gradient_penalty_through_a_loop_can_be_reversed_twice():
     once = w.grad.copy()
     penalty.backward()
     np.testing.assert_array_equal(w.grad, once + once)
+
+
+# --- second order under a byte budget ---------------------------------------------
+
+
+def budget_loss(memory, schedule, n, tapes):
+    """The loop, a chain and a scan, each under rm.Tape(memory=memory, schedule=...);
+    every tape made is appended to ``tapes``."""
+    xs0 = np.random.default_rng(5).standard_normal((n, 2, WIDTH))
+
+    def make():
+        tapes.append(rm.Tape(memory=memory, schedule=schedule))
+        return tapes[-1]
+
+    def loss(w, b, h0):
+        h = make().loop(step(w, b), h0 * 1.5, steps=n)
+        h = make().chain([step(w, b), lambda h: rm.sin(h) * 2.0, step(w * 0.5, b)] * 3, h)
+        h, ys = make().scan(lambda h, x: (step(w, b)(h + x), rm.cos(h).sum(1)), h, xs0)
+        return (h * h).sum() + (ys**3).sum() + (w * w * w).sum()
+
+    return loss
+
+
+@pytest.mark.parametrize("schedule", [None, "revolve", "mixed"])
+@pytest.mark.parametrize("factor", [0.2, 0.5, 1.0])
+def test_second_order_under_a_byte_budget_stays_within_it(schedule, factor):
+    n = 12
+    want_hvp, want_gg = (
+        hvp(budget_loss(None, None, n, [])),
+        grad_of_grad(budget_loss(None, None, n, [])),
+    )
+    rm.memory.clear_plans()
+    sizing = []
+    hvp(budget_loss(2**40, None, n, sizing))  # every tape fits: the chains' store-all bytes
+    store_all = max(s.peak_bytes for t in sizing for s in t.loops)
+    memory = int(factor * store_all)
+    for transform, want in ((hvp, want_hvp), (grad_of_grad, want_gg)):
+        tapes = []
+        assert_all_equal(transform(budget_loss(memory, schedule, n, tapes)), want)
+        runs = [s for t in tapes for s in t.loops]
+        with_tangents = [s for s in runs if s.schedule.endswith("with tangents")]
+        assert len(with_tangents) == 3  # the loop's, the chain's and the scan's
+        assert all(s.peak_bytes <= memory for s in runs)
+
+
+def test_a_budget_too_small_for_the_run_with_tangents_says_so():
+    rm.memory.clear_plans()
+    sizing = []
+    hvp(budget_loss(2**40, None, 12, sizing))
+    costs = [plan[1] for t in sizing for plan in t.plans]
+    least = max(schedules.minimum_bytes(c) for c in costs)  # first order fits in this
+    doubled = [
+        schedules.ChainCosts(
+            c.forward_time,
+            c.reverse_time,
+            [2 * s for s in c.state_bytes],
+            [2 * t for t in c.tape_bytes],
+        )
+        for c in costs
+    ]
+    assert max(schedules.minimum_bytes(c) for c in doubled) > least
+    rm.grad(budget_loss(least, None, 12, []), argnums=(0, 1, 2))(*PRIMALS)  # first order: fits
+    with pytest.raises(ValueError, match="too small for the chain's run with tangents"):
+        hvp(budget_loss(least, None, 12, []))
