@@ -204,9 +204,14 @@ def test_a_jvp_inside_a_jvp_whose_result_depends_on_the_outer_tangent_is_differe
         eps = 1e-6
         with rm.no_grad():
             numeric = (
-                rm.hvp(lambda w: (rm.tanh((X + eps * V) @ w) ** 2).sum(), (W,), (VW,))[0]
-                - rm.hvp(lambda w: (rm.tanh((X - eps * V) @ w) ** 2).sum(), (W,), (VW,))[0]
-            ) / (2 * eps) if f is hvp_inside else wants[f]
+                (
+                    rm.hvp(lambda w: (rm.tanh((X + eps * V) @ w) ** 2).sum(), (W,), (VW,))[0]
+                    - rm.hvp(lambda w: (rm.tanh((X - eps * V) @ w) ** 2).sum(), (W,), (VW,))[0]
+                )
+                / (2 * eps)
+                if f is hvp_inside
+                else wants[f]
+            )
         for g in (f, recorded(f)):
             got = rm.jvp(g, (X,), (V,))[1]
             np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-8)
