@@ -801,7 +801,8 @@ def plan_with_tangents(costs, memory, name="optimal", form="Tape", snapshots=Non
         raise ValueError(
             f"{form}: memory={memory} bytes is too small for the chain's run with tangents "
             "(rm.hvp, rm.grad of rm.grad), which holds each state with its tangent and each "
-            f"step's tape with the tangents it saves, twice the bytes: {error}"
+            f"step's tape with the tangents it saves, twice the bytes: "
+            f"{str(error).removeprefix(f'{form}: ')}"
         ) from None
 
 

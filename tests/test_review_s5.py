@@ -143,3 +143,18 @@ def test_the_run_with_tangents_of_checkpointed_steps_stays_within_the_budget():
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
     assert all(s.peak_bytes <= budget for t in tapes for s in t.loops)
+
+
+def test_a_budget_too_small_for_the_run_with_tangents_names_the_chain_once():
+    # the planner's own error was quoted whole, so the message read
+    # "tape.chain: memory=... too small for the chain's run with tangents ...: tape.chain: ..."
+    sizing = []
+    hvp_of(repeated_steps, sizing, 2**40)
+    costs = sizing[0].plans[0][1]
+    least = schedules.minimum_bytes(costs)  # the first-order run fits; doubled, it does not
+    memory.clear_plans()
+    with pytest.raises(ValueError, match="run with tangents") as refused:
+        hvp_of(repeated_steps, [], least)
+    message = str(refused.value)
+    assert message.startswith("tape.chain: ") and message.count("tape.chain") == 1
+    assert f"memory={least} bytes" in message
