@@ -245,14 +245,16 @@ class Holdings:
     """Bytes held by the chain right now, each array counted once however often held.
 
     With a ``limit`` (a byte budget), holding more raises a LoopError: the
-    costs a plan was made from no longer describe the chain.
+    costs a plan was made from no longer describe the chain (``why``: what
+    the error says of it, where the cause is known beforehand).
     """
 
-    def __init__(self, limit=None):
+    def __init__(self, limit=None, why=None):
         self.count = {}  # id(array) -> [array, holders]
         self.bytes = 0
         self.peak = 0
         self.limit = limit
+        self.why = why
 
     def hold(self, arrays):
         count = self.count
@@ -266,11 +268,14 @@ class Holdings:
         if self.bytes > self.peak:
             self.peak = self.bytes
             if self.limit is not None and self.peak > self.limit:
+                why = self.why or (
+                    "a step's tape or state is larger than when the plan was measured (a step "
+                    "whose records depend on the values?); clear the plan cache "
+                    "(remat.memory.clear_plans()) or give more memory"
+                )
                 raise LoopError(
                     f"the chain now holds {self.peak} bytes, more than its budget of "
-                    f"{self.limit} bytes: a step's tape or state is larger than when the plan "
-                    "was measured (a step whose records depend on the values?); clear the "
-                    "plan cache (remat.memory.clear_plans()) or give more memory"
+                    f"{self.limit} bytes: {why}"
                 )
 
     def release(self, arrays):
@@ -1330,6 +1335,13 @@ class ChainRun:
         run.inverted = None
         run.keeping = None  # a policy's kept values went with the first backward: recompute
         run.held = Holdings(None if kind and not budgeted else self.byte_limit)
+        if budgeted:
+            run.held.why = (
+                f"{self.chain.owner}'s run with tangents (rm.hvp, rm.grad of rm.grad) was "
+                "planned with each step's tape doubled, and a step that runs an rm.checkpoint "
+                "or a chain of its own holds more (the tangents of all they output), as may a "
+                "step whose records depend on the values; give more memory"
+            )
         run.cotangent = run.ys_cotangent = run.xs_grads = run.outer_sweep = None
         what = "with tangents" if kind else "again"
         run.stats = LoopStats(
