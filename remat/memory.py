@@ -486,9 +486,10 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
 def step_kind(function):
     """A key that two steps share when they run the same code on the same captured
     values: the function's code object and what it captures (defaults, closure
-    cells, a bound method's instance attributes), arrays and Tensors by shape and
-    dtype (and whether a Tensor requires grad: a step reverses into a parameter,
-    not into a constant), numbers and strings by value, anything else by identity.  A callable
+    cells, a bound method's instance attributes), arrays and Tensors by shape,
+    dtype and device (and whether a Tensor requires grad: a step reverses into a
+    parameter, not into a constant), numbers and strings by value, anything else
+    by identity.  A callable
     object is its class's ``__call__`` on its attributes.  Steps of one kind, on
     states of one shape, are one layer measured again (:func:`pool_times`):
     ``[lambda h, w=w: rm.tanh(h @ w) for w in weights]`` with weights of one shape
@@ -528,7 +529,7 @@ def _captured_kind(value):
     data = getattr(value, "_data", value)  # a Tensor's array
     if backend.is_array(data):  # a parameter's step also reverses into it: not a constant's kind
         grads = bool(getattr(value, "requires_grad", False))
-        return ("array", tuple(data.shape), str(data.dtype), grads)
+        return ("array", tuple(data.shape), str(data.dtype), backend.device_of(data), grads)
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         return ("value", type(value), value)
     return ("object", id(value))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import remat as rm
-from remat import memory, planning, schedules
+from remat import backend, memory, planning, schedules
 from remat.executor import LoopError
 
 rng = np.random.default_rng(55)
@@ -54,9 +54,20 @@ def test_a_step_into_a_parameter_and_one_on_a_constant_are_not_one_kind():
     assert kinds[0] != kinds[1] and kinds[0] == kinds[2]
 
 
+def test_weights_on_two_devices_are_not_one_kind(monkeypatch):
+    # the same layer on a GPU's weights and on a CPU's costs nothing alike; the key had
+    # shape and dtype only (a fake device here: the test runs without a GPU)
+    on_gpu = rng.standard_normal((8, 8))
+    real = backend.device_of
+    monkeypatch.setattr(backend, "device_of", lambda a: "cuda" if a is on_gpu else real(a))
+    on_cpu = rng.standard_normal((8, 8))
+    kinds = [memory.step_kind(lambda h, w=w: rm.tanh(h @ w)) for w in (on_gpu, on_cpu)]
+    assert kinds[0] != kinds[1]
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="arrays are keyed by shape and dtype (as documented), so a 0-d array that "
+    reason="arrays are keyed by shape, dtype and device (as documented), so a 0-d array that "
     "steers a step's control flow (a repeat count) pools steps of different costs; keying "
     "0-d values by value would stop learnable scalar gates from pooling at all",
 )
