@@ -47,9 +47,9 @@ run is planned on its own (:func:`plan_with_tangents`: the measured costs
 with doubled sizes, the same planner, the same budget, the first-order run's
 ``snapshots=`` where they fit), when it is first needed, and the plan is cached
 beside the first-order one; the executor holds it to the budget too.  A step
-with an ``rm.checkpoint`` or a chain inside holds the tangents of all that
-they output, more than twice its tape: a tight plan for that run may then be
-stopped with a LoopError (a known limit).
+that runs an ``rm.checkpoint`` holds the tangents of all it outputs, which may
+be more than twice its tape: a tight plan for that run may then be stopped
+with a LoopError (a known limit).
 
 Under ``rm.Tape(memory=..., policy=...)`` the chain's steps keep what the
 policy chooses (:mod:`remat.selective`), each from its first run until it is
@@ -395,6 +395,8 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
     holds over the budget is refused before it is held, and a ValueError
     says the least any plan needs (for a chain, the remaining steps are then
     taped one by one only to learn their tapes' bytes, each dropped at once).
+    A step's tape counts what a chain run inside the step holds for its
+    backward (its snapshots, tapes and kept x_0: ``executor.saved_by``).
 
     ``kinds`` (a chain's: one hashable key a step, :func:`step_kind`): steps
     of one kind whose states and tapes have the same shapes and bytes are the
