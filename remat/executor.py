@@ -245,14 +245,16 @@ class Holdings:
     """Bytes held by the chain right now, each array counted once however often held.
 
     With a ``limit`` (a byte budget), holding more raises a LoopError: the
-    costs a plan was made from no longer describe the chain.
+    costs a plan was made from no longer describe the chain (``why``: what
+    the error says of it, where the cause is known beforehand).
     """
 
-    def __init__(self, limit=None):
+    def __init__(self, limit=None, why=None):
         self.count = {}  # id(array) -> [array, holders]
         self.bytes = 0
         self.peak = 0
         self.limit = limit
+        self.why = why
 
     def hold(self, arrays):
         count = self.count
@@ -266,11 +268,14 @@ class Holdings:
         if self.bytes > self.peak:
             self.peak = self.bytes
             if self.limit is not None and self.peak > self.limit:
+                why = self.why or (
+                    "a step's tape or state is larger than when the plan was measured (a step "
+                    "whose records depend on the values?); clear the plan cache "
+                    "(remat.memory.clear_plans()) or give more memory"
+                )
                 raise LoopError(
                     f"the chain now holds {self.peak} bytes, more than its budget of "
-                    f"{self.limit} bytes: a step's tape or state is larger than when the plan "
-                    "was measured (a step whose records depend on the values?); clear the "
-                    "plan cache (remat.memory.clear_plans()) or give more memory"
+                    f"{self.limit} bytes: {why}"
                 )
 
     def release(self, arrays):
@@ -548,6 +553,8 @@ def retag(records):
 def saved_by(records, floor, inputs):
     """The arrays ``records`` hold of a step's own values (what it made, or its
     inputs, whose nodes are ``inputs``); parameters are not the chain's to count.
+    A chain run inside the step holds its snapshots, tapes and x_0 until it is
+    reversed: they count too.
     (Tests the cheap conditions first: 3.4 against 5.3 us for the four records of
     bench_overheads' tiny step, by timeit.)"""
     saved = []
@@ -566,6 +573,11 @@ def saved_by(records, floor, inputs):
         kept = getattr(record.args[0], "kept", None) if held is not record.args else None
         if kept is not None:  # what a checkpoint's policy kept
             saved.extend(kept.arrays())
+        if record.op is CHAIN:  # a chain run inside the step: what it holds for its backward
+            run = record.args[0]
+            saved.extend(a for a, _ in run.held.count.values())
+            if run.start is not None:  # its x_0, kept for its runs again
+                saved.extend(run.start[0])
     return saved
 
 
@@ -1330,6 +1342,13 @@ class ChainRun:
         run.inverted = None
         run.keeping = None  # a policy's kept values went with the first backward: recompute
         run.held = Holdings(None if kind and not budgeted else self.byte_limit)
+        if budgeted:
+            run.held.why = (
+                f"{self.chain.owner}'s run with tangents (rm.hvp, rm.grad of rm.grad) was "
+                "planned with each step's tape doubled, and a step that runs an rm.checkpoint "
+                "or a chain of its own holds more (the tangents of all they output), as may a "
+                "step whose records depend on the values; give more memory"
+            )
         run.cotangent = run.ys_cotangent = run.xs_grads = run.outer_sweep = None
         what = "with tangents" if kind else "again"
         run.stats = LoopStats(

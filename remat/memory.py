@@ -44,9 +44,12 @@ Second order (``rm.hvp``, ``rm.grad`` of ``rm.grad``) runs each chain again
 with tangents: every state with its tangent, every taped step with the
 tangents of the values it saves, at most twice the first-order bytes.  That
 run is planned on its own (:func:`plan_with_tangents`: the measured costs
-with doubled sizes, the same planner, the same budget), when it is first
-needed, and the plan is cached beside the first-order one; the executor holds
-it to the budget too.
+with doubled sizes, the same planner, the same budget, the first-order run's
+``snapshots=`` where they fit), when it is first needed, and the plan is cached
+beside the first-order one; the executor holds it to the budget too.  A step
+that runs an ``rm.checkpoint`` holds the tangents of all it outputs, which may
+be more than twice its tape: a tight plan for that run may then be stopped
+with a LoopError (a known limit).
 
 Under ``rm.Tape(memory=..., policy=...)`` the chain's steps keep what the
 policy chooses (:mod:`remat.selective`), each from its first run until it is
@@ -392,6 +395,8 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
     holds over the budget is refused before it is held, and a ValueError
     says the least any plan needs (for a chain, the remaining steps are then
     taped one by one only to learn their tapes' bytes, each dropped at once).
+    A step's tape counts what a chain run inside the step holds for its
+    backward (its snapshots, tapes and kept x_0: ``executor.saved_by``).
 
     ``kinds`` (a chain's: one hashable key a step, :func:`step_kind`): steps
     of one kind whose states and tapes have the same shapes and bytes are the
@@ -483,8 +488,10 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
 def step_kind(function):
     """A key that two steps share when they run the same code on the same captured
     values: the function's code object and what it captures (defaults, closure
-    cells, a bound method's instance attributes), arrays and Tensors by shape and
-    dtype, numbers and strings by value, anything else by identity.  A callable
+    cells, a bound method's instance attributes), arrays and Tensors by shape,
+    dtype and device (and whether a Tensor requires grad: a step reverses into a
+    parameter, not into a constant), numbers and strings by value, anything else
+    by identity.  A callable
     object is its class's ``__call__`` on its attributes.  Steps of one kind, on
     states of one shape, are one layer measured again (:func:`pool_times`):
     ``[lambda h, w=w: rm.tanh(h @ w) for w in weights]`` with weights of one shape
@@ -522,8 +529,9 @@ def _attributes_kind(instance):
 
 def _captured_kind(value):
     data = getattr(value, "_data", value)  # a Tensor's array
-    if backend.is_array(data):
-        return ("array", tuple(data.shape), str(data.dtype))
+    if backend.is_array(data):  # a parameter's step also reverses into it: not a constant's kind
+        grads = bool(getattr(value, "requires_grad", False))
+        return ("array", tuple(data.shape), str(data.dtype), backend.device_of(data), grads)
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         return ("value", type(value), value)
     return ("object", id(value))
@@ -610,11 +618,16 @@ def _shares_enough(costs):
     """Whether a heterogeneous chain's exact programme, its alike segments sharing rows
     (a chain of a few layers repeated, their times pooled), searches no more splits
     than that of a chain of :data:`EXACT_LIMIT` steps that all differ (about 1-2 s)."""
-    if _alike(costs):
+    n = costs.steps
+    most = (EXACT_LIMIT - 1) * EXACT_LIMIT * (EXACT_LIMIT + 1) // 6
+    # every length of segment has one class at least, so the search visits n (n - 1) / 2
+    # cells or more: a longer chain cannot share enough, and its classes go unsought
+    # (finding them costs seconds at 10^4 steps)
+    if _alike(costs) or n * (n - 1) // 2 > most:
         return False
     args = costs.state_bytes, costs.tape_bytes, costs.forward_time, costs.reverse_time
     shared, cells = planning.split_cells(*args)
-    return shared and cells <= (EXACT_LIMIT - 1) * EXACT_LIMIT * (EXACT_LIMIT + 1) // 6
+    return shared and cells <= most
 
 
 def _alike(costs):
@@ -712,7 +725,8 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         key, entry = None, None
     if entry is not None:
         _PLANS.move_to_end(key)
-        return (*entry[:3], "reused", _tangent_planner(entry, memory, name, chain.owner))
+        planner = _tangent_planner(entry, memory, name, snapshots, chain.owner)
+        return (*entry[:3], "reused", planner)
     with Unobserved():  # a policy around this chain sees the chain's run, not these
         kinds = None if alike else [step_kind(f) for f in functions]
         costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike, kinds=kinds)
@@ -740,30 +754,31 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         _PLANS[key] = entry
         while len(_PLANS) > CACHE_SIZE:
             _PLANS.popitem(last=False)
-    with_tangents = _tangent_planner(entry, memory, name, chain.owner)
+    with_tangents = _tangent_planner(entry, memory, name, snapshots, chain.owner)
     return schedule, costs, predicted, "measured", with_tangents
 
 
-def _tangent_planner(entry, memory, name, form):
+def _tangent_planner(entry, memory, name, snapshots, form):
     """A callable that gives (and keeps in the cache ``entry``) the plan of the chain's
     run with tangents: :func:`plan_with_tangents` for the entry's costs."""
 
     def plan():
         if entry[3] is None:
-            entry[3] = plan_with_tangents(entry[1], memory, name, form)
+            entry[3] = plan_with_tangents(entry[1], memory, name, form, snapshots)
         return entry[3]
 
     return plan
 
 
-def plan_with_tangents(costs, memory, name="optimal", form="Tape"):
+def plan_with_tangents(costs, memory, name="optimal", form="Tape", snapshots=None):
     """The plan of a chain's run with tangents (``rm.hvp``, ``rm.grad`` of ``rm.grad``)
     within ``memory`` bytes: that run holds each state with its tangent, and each
     taped step's tape with the tangents of the step's own values it saves (one a
     saved array), so at most twice the first-order bytes, and it is planned as the
     chain whose sizes are doubled, by the same planner (``name``: ``"optimal"``, or
-    revolve or mixed with the most slots that fit).  The times are the first-order
-    ones (a step with tangents costs more, alike at every step).
+    revolve or mixed: with ``snapshots`` slots, the first-order run's, where they
+    fit, else the most that fit).  The times are the first-order ones (a step with
+    tangents costs more, alike at every step).
 
     >>> from remat import schedules
     >>> costs = schedules.ChainCosts.uniform(20, 1.0, 2.0, 100, 300)
@@ -779,12 +794,18 @@ def plan_with_tangents(costs, memory, name="optimal", form="Tape"):
     try:
         if name == "optimal":
             return plan_optimal(doubled, memory, form)
+        if snapshots is not None:
+            try:
+                return fitting_slots(name, doubled, memory, snapshots, form)
+            except ValueError:  # s slots of doubled sizes are over the budget: fewer
+                pass
         return fitting_slots(name, doubled, memory, None, form)
     except ValueError as error:
         raise ValueError(
             f"{form}: memory={memory} bytes is too small for the chain's run with tangents "
             "(rm.hvp, rm.grad of rm.grad), which holds each state with its tangent and each "
-            f"step's tape with the tangents it saves, twice the bytes: {error}"
+            f"step's tape with the tangents it saves, twice the bytes: "
+            f"{str(error).removeprefix(f'{form}: ')}"
         ) from None
 
 
