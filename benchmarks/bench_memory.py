@@ -27,7 +27,7 @@ library's time is a ratio to its own run without checkpointing (whole
 forward and backward, wall time, interleaved medians).
 """
 
-from benchmarks.common import environment, side_by_side, table  # noqa: I001  (BLAS first)
+from benchmarks.common import block_ratio, environment, side_by_side, table  # noqa: I001  (BLAS first)
 
 import gc
 import os
@@ -113,11 +113,7 @@ def block_gap_rows(quick):
         exact = schedules.Optimal(costs, budget).predicted_time
         row = [steps, f"{times} x least"]
         for blocks in (steps // 5, steps // 2):
-            try:
-                plan = schedules.Optimal(costs, budget, blocks=blocks)
-                row.append(f"{plan.predicted_time / exact:.3f}")
-            except ValueError:
-                row.append("too tight")
+            row.append(block_ratio(costs, budget, blocks, exact))
         rows.append(tuple(row))
     return rows
 

@@ -22,7 +22,7 @@ measured times are pooled by kind of layer (:func:`remat.memory.pool_times`),
 against the same chains with every step's own measurement.
 """
 
-from benchmarks.common import environment, table  # noqa: I001  (BLAS first)
+from benchmarks.common import block_ratio, environment, side_by_side, table  # noqa: I001  (BLAS first)
 
 import os
 import random
@@ -149,11 +149,7 @@ def block_gap_rows(quick):
                 for size in (5, 2):
                     blocks = steps // size
                     for given in (schedules.block_starts(steps, blocks), blocks):
-                        try:
-                            plan = schedules.Optimal(costs, memory, blocks=given)
-                            row.append(f"{plan.predicted_time / exact:.3f}")
-                        except ValueError:
-                            row.append("too tight")
+                        row.append(block_ratio(costs, memory, given, exact))
                 rows.append(tuple(row))
     return rows
 
@@ -173,10 +169,12 @@ def residual_layers(steps, period, seed=0):
 
 def repeated_rows(quick):
     """Tape(memory=) on a chain of repeated layers, times pooled by kind or not: the plan
-    it makes, the CPU seconds of planning it from the measured costs, and of the whole
-    call (measuring, planning, running the forward sweep)."""
-    steps, periods = (40, (1, 2)) if quick else (STEPS, (1, 2, 4, 8))
-    unpooled = budget_memory.step_kind
+    it makes, and the CPU seconds of planning it from the measured costs and of the
+    whole call (measuring, planning, running the forward sweep), the two settings
+    interleaved, medians of ``REPEATS``."""
+    steps, periods, repeats = (40, (1, 2), 1) if quick else (STEPS, (1, 2, 4, 8), REPEATS)
+    pooled_kind = budget_memory.step_kind
+    settings = {"pooled by kind": pooled_kind, "each step its own": id}
     rows = []
     for period in periods:
         layers, x = residual_layers(steps, period)
@@ -184,28 +182,44 @@ def repeated_rows(quick):
         with rm.Tape(memory=2**40) as tape:  # everything fits: the costs, measured once
             tape.chain(layers, x)
         budget = 3 * schedules.minimum_bytes(tape.plans[0][1])
-        for pooled in (True, False):
-            budget_memory.step_kind = unpooled if pooled else id  # every step its own kind
+        tapes = {}
+
+        def call(name):
+            budget_memory.step_kind = settings[name]  # id: every step a kind of its own
             budget_memory.clear_plans()
             try:
-                begin = time.process_time()
-                with rm.Tape(memory=budget) as tape:
-                    tape.chain(layers, x)
-                whole = time.process_time() - begin
+                with rm.Tape(memory=budget) as tapes[name]:
+                    tapes[name].chain(layers, x)
             finally:
-                budget_memory.step_kind = unpooled
-            plan, costs = tape.plans[0]
-            planning_s, _ = cpu_seconds(lambda: budget_memory.plan_optimal(costs, budget), 1)
+                budget_memory.step_kind = pooled_kind
+
+        whole = side_by_side(
+            {name: lambda name=name: call(name) for name in settings},
+            repeats=repeats,
+            warmup=0,
+            clock=time.process_time,
+        )
+        plans = {name: tape.plans[0] for name, tape in tapes.items()}
+        planning = side_by_side(
+            {
+                name: lambda costs=costs: budget_memory.plan_optimal(costs, budget)
+                for name, (_, costs) in plans.items()
+            },
+            repeats=repeats,
+            warmup=0,
+            clock=time.process_time,
+        )
+        for name, (plan, _) in plans.items():
             kind = "exact" if getattr(plan, "blocks", None) is None else f"blocks={plan.blocks}"
             rows.append(
                 (
                     steps,
                     period,
-                    "pooled by kind" if pooled else "each step its own",
+                    name,
                     f"{type(plan).__name__}, {kind}",
-                    f"{planning_s:.3f}",
-                    f"{whole:.3f}",
-                    f"{tape.stats.peak_bytes} <= {budget}",
+                    f"{planning[name]:.3f}",
+                    f"{whole[name]:.3f}",
+                    f"{tapes[name].stats.peak_bytes} <= {budget}",
                 )
             )
     return rows
@@ -286,9 +300,10 @@ def run(quick=False):
             "`Tape(memory=3 x least)` on chains of residual layers (16 x 32 states) cycling "
             "through a few inner widths, each step with weights of its own: measured times "
             "pooled by kind of layer (the default), or each step's own (a stand-in "
-            "`step_kind`); the plan's CPU seconds (`plan_optimal` on the measured costs, "
-            "one run) and the whole call's (measuring 1000 steps, planning, the forward "
-            "sweep). One kind of layer pooled is a loop to the planner.",
+            "`step_kind`); the plan's CPU seconds (`plan_optimal` on the measured costs) "
+            "and the whole call's (measuring 1000 steps, planning, the forward "
+            f"sweep); the two settings interleaved, medians of {REPEATS}. One kind of layer "
+            "pooled is a loop to the planner.",
             "",
             repeated,
             "",

@@ -53,6 +53,18 @@ def side_by_side(contenders, repeats=7, warmup=1, clock=None, inner=1):
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def block_ratio(costs, memory, blocks, exact):
+    """``Optimal(costs, memory, blocks=blocks)``'s predicted time over ``exact`` (the exact
+    plan's), as a table cell: "too tight" where the blocks' least peak is over ``memory``."""
+    from remat import schedules
+
+    try:
+        plan = schedules.Optimal(costs, memory, blocks=blocks)
+    except ValueError:
+        return "too tight"
+    return f"{plan.predicted_time / exact:.3f}"
+
+
 def traced_peak(fn):
     """Peak bytes newly allocated (as tracemalloc sees them) while ``fn()`` runs."""
     gc.collect()

@@ -203,26 +203,31 @@ UNARY = [rm.sin, rm.cos, rm.tanh, rm.exp, rm.sigmoid, lambda x: x * x, lambda x:
 BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a @ b.T]
 
 
+def programs(max_size):
+    """Random programs: each instruction (unary?, which op, which earlier value)."""
+    instruction = st.tuples(st.booleans(), st.integers(0, len(BINARY) - 1), st.integers(0, 7))
+    return st.lists(instruction, min_size=1, max_size=max_size)
+
+
+def run_program(program, values):
+    """``values`` with the result of each instruction appended, one after another."""
+    values = list(values)
+    for is_unary, k, j in program:
+        a = values[j % len(values)]
+        b = values[(j + 1) % len(values)]
+        values.append(UNARY[k % len(UNARY)](a) if is_unary else BINARY[k](a, b) * 0.5)
+    return values
+
+
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.booleans(), st.integers(0, len(BINARY) - 1), st.integers(0, 7)),
-        min_size=1,
-        max_size=12,
-    ),
-    st.integers(0, 2**31),
-)
+@given(programs(12), st.integers(0, 2**31))
 def test_random_compositions_eager_equal_recorded(program, seed):
     r = np.random.default_rng(seed)
     x0, y0 = r.standard_normal((3, 3)) * 0.5, r.standard_normal((3, 3)) * 0.5
     vx, vy = r.standard_normal((3, 3)), r.standard_normal((3, 3))
 
     def f(x, y):
-        values = [x, y]
-        for is_unary, k, j in program:
-            a = values[j % len(values)]
-            b = values[(j + 1) % len(values)]
-            values.append(UNARY[k % len(UNARY)](a) if is_unary else BINARY[k](a, b) * 0.5)
+        values = run_program(program, [x, y])
         return values[-1].sum() + values[-2]
 
     both(f, (x0, y0), (vx, vy))

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import remat as rm
 from remat.tape import BackwardError
 
+from .test_dual import programs, run_program
 from .test_ops import CASES
 
 rng = np.random.default_rng(23)
@@ -366,19 +367,8 @@ def test_the_eager_path_is_still_taken_at_the_top_level():
     assert seen[3:] == [(False, False)] * 2
 
 
-UNARY = [rm.sin, rm.cos, rm.tanh, rm.exp, rm.sigmoid, lambda x: x * x, lambda x: -x]
-BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a @ b.T]
-
-
 @settings(max_examples=25, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.booleans(), st.integers(0, len(BINARY) - 1), st.integers(0, 7)),
-        min_size=1,
-        max_size=10,
-    ),
-    st.integers(0, 2**31),
-)
+@given(programs(10), st.integers(0, 2**31))
 def test_random_compositions_on_the_tape_agree_with_the_other_paths(program, seed):
     # What held (no finding): for random programs, the Tensor path's tangent equals the
     # eager one bit for bit, rm.grad of J v equals rm.hvp, and forward over forward
@@ -387,11 +377,7 @@ def test_random_compositions_on_the_tape_agree_with_the_other_paths(program, see
     x0, v, u = (r.standard_normal((3, 3)) * 0.5 for _ in range(3))
 
     def f(x):
-        values = [x, rm.sin(x)]
-        for is_unary, k, j in program:
-            a = values[j % len(values)]
-            b = values[(j + 1) % len(values)]
-            values.append(UNARY[k % len(UNARY)](a) if is_unary else BINARY[k](a, b) * 0.5)
+        values = run_program(program, [x, rm.sin(x)])
         return (values[-1] * values[-2]).sum()
 
     def jv(x):
