@@ -85,6 +85,14 @@ def resolve_policy(snapshots, schedule):
     if schedule is None:
         return Reversal("revolve" if snapshots is not None else "store_all", snapshots)
     if isinstance(schedule, str):
+        if schedule == "optimal":  # planned from measured costs: only under a byte budget
+            raise ValueError(
+                "Tape: schedule='optimal' plans from the measured costs of each step, so it "
+                "needs a byte budget: pass memory= (e.g. rm.Tape(memory='64 MiB', "
+                "schedule='optimal'), or memory= alone, which plans optimally). For a slot "
+                "budget, snapshots=s alone gives revolve, optimal in step evaluations when "
+                "all steps cost alike"
+            )
         if schedule not in SCHEDULE_NAMES:
             raise ValueError(
                 f"Tape: unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULE_NAMES)} "

@@ -38,6 +38,7 @@ import gc
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -48,6 +49,7 @@ from . import __version__, backend, blockwise
 from . import memory as M
 from . import schedules as S
 from .budget import Tape
+from .units import binary_unit, format_bytes
 from .workloads import WORKLOADS, make_workload
 
 COMPARED = ("store_all", "sqrt", "revolve", "online")
@@ -99,7 +101,23 @@ def _size(text):
     try:
         return M.parse_bytes(text, "--memory")
     except (TypeError, ValueError) as error:
-        raise argparse.ArgumentTypeError(str(error).replace("--memory: memory=", "")) from None
+        # argparse says "argument --memory:" already: drop parse_bytes' own prefix.
+        message = str(error).removeprefix("--memory: ").removeprefix("memory=")
+        raise argparse.ArgumentTypeError(message) from None
+
+
+NEGATIVE_SIZE = re.compile(r"-[0-9.]")  # "-3MiB": a (refused) value, not an option
+
+
+def _sizes_as_values(argv):
+    """``--memory -3MiB`` as ``--memory=-3MiB``: argparse takes a value that starts
+    with "-" for an option unless it is a bare number, and would answer "expected
+    one argument" instead of saying what is wrong with the size."""
+    argv = list(argv)
+    for k in range(len(argv) - 1, 0, -1):
+        if argv[k - 1] == "--memory" and NEGATIVE_SIZE.match(argv[k]):
+            argv[k - 1 : k + 1] = [f"--memory={argv[k]}"]
+    return argv
 
 
 def _figure_path(text):
@@ -262,6 +280,19 @@ def _write_json(document, out):
     out.write("\n")
 
 
+def _bytes_column(rows, key):
+    """The unit of a table's column of byte counts: (name, size, decimals), the
+    largest binary unit its largest value fills (so small runs print in KiB or B,
+    not as a column of 0.000 MiB)."""
+    return binary_unit(row[key] for row in rows)
+
+
+def _in(count, unit):
+    """``count`` bytes written in a column's unit (from :func:`_bytes_column`)."""
+    _, size, decimals = unit
+    return f"{count / size:.{decimals}f}"
+
+
 # --- compare -------------------------------------------------------------------------
 
 
@@ -382,6 +413,7 @@ def measure(workload_name, steps, snapshots, repeats=3, trace=False):
                 loss=first[name]["loss"],
                 losses_agree=len(losses[name]) == 1 and losses[name] == losses["store_all"],
                 state_bytes=first[name]["state_bytes"],
+                stats=stats,
                 tape=traced.get(name),
             )
         )
@@ -467,7 +499,7 @@ def compare(args, out=None):
                 "schedules interleaved; traced_peak_bytes: one separate run per schedule "
                 "under tracemalloc; tape_peak_bytes: the loop's own byte accounting"
             ),
-            rows=public,
+            rows=[dict(p, stats=row["stats"].to_dict()) for p, row in zip(public, rows)],
             failures=failures,
             ok=not failures,
             figure=args.plot,
@@ -486,25 +518,28 @@ def compare(args, out=None):
 
 
 def _compare_table(rows, args, description, failures, out):
+    tape = _bytes_column(rows, "tape_peak_bytes")
+    traced = _bytes_column(rows, "traced_peak_bytes")
     lines = [
         f"workload {args.workload} ({description}), {args.steps} steps, "
-        f"one state = {rows[0]['state_bytes'] / 1024:.1f} KiB",
+        f"one state = {format_bytes(rows[0]['state_bytes'])}",
         "",
         f"{'schedule':<10} {'slots':>5} {'forward':>8} {'optimum':>8} {'factor':>6} "
-        f"{'tape MiB':>9} {'traced MiB':>10} {'time s':>7} {'max |grad diff|':>16}",
+        f"{'tape ' + tape[0]:>9} {'traced ' + traced[0]:>10} {'time s':>7} "
+        f"{'max |grad diff|':>16}",
     ]
     for row in rows:
         lines.append(
             f"{row['schedule']:<10} {row['snapshots']:>5} {row['forward_steps']:>8} "
             f"{row['optimum'] or '-':>8} {row['factor']:>6.2f} "
-            f"{row['tape_peak_bytes'] / MiB:>9.3f} {row['traced_peak_bytes'] / MiB:>10.3f} "
+            f"{_in(row['tape_peak_bytes'], tape):>9} {_in(row['traced_peak_bytes'], traced):>10} "
             f"{row['seconds']:>7.3f} {row['max_grad_diff']:>16.3g}"
         )
     lines += [
         "",
         "slots: snapshot budget; forward: step evaluations counted by the executor; optimum: "
         "the binomial minimum for that budget (sqrt keeps a whole segment of step tapes, "
-        "outside that model); tape MiB: most bytes the loop held; traced MiB: "
+        "outside that model); tape: most bytes the loop held; traced: "
         "tracemalloc peak of the whole forward + backward, in a separate run; time s: "
         f"median of {args.repeats} runs without tracemalloc, schedules interleaved.",
     ]
@@ -575,11 +610,12 @@ def compare_blocks(args, out):
             row["recomputed_ops"] = " ".join(f"{k}={v}" for k, v in row["recomputed_ops"].items())
         _write_csv(public, out)
     else:
+        traced = _bytes_column(rows, "traced_peak_bytes")
         lines = [
             f"workload {args.workload} ({description})",
             "",
             f"{'mode':<11} {'block evals':>11} {'matmul':>6} {'einsum':>6} {'softmax':>7} "
-            f"{'all ops':>7} {'traced MiB':>10} {'memory':>7} {'time s':>7} {'time':>6} "
+            f"{'all ops':>7} {'traced ' + traced[0]:>10} {'memory':>7} {'time s':>7} {'time':>6} "
             f"{'gradients':>13}",
         ]
         for row in rows:
@@ -587,7 +623,7 @@ def compare_blocks(args, out):
             lines.append(
                 f"{row['mode']:<11} {row['block_evaluations']:>11} "
                 + "".join(f" {ops.get(op, 0):>{w}}" for op, w in OP_COLUMNS)
-                + f" {sum(ops.values()):>7} {row['traced_peak_bytes'] / MiB:>10.3f} "
+                + f" {sum(ops.values()):>7} {_in(row['traced_peak_bytes'], traced):>10} "
                 f"{row['memory_ratio']:>6.3f}x {row['seconds']:>7.3f} {row['time_ratio']:>5.2f}x "
                 f"{'bit-identical' if row['bit_identical'] else 'DIFFER':>13}"
             )
@@ -596,7 +632,7 @@ def compare_blocks(args, out):
             "",
             "block evals: evaluations of the blocks, counted; matmul, einsum, softmax, all ops: "
             "evaluations of those ops during backward (rm.count_ops), what was computed again; "
-            "traced MiB: tracemalloc peak of the whole forward + backward, in a separate "
+            "traced: tracemalloc peak of the whole forward + backward, in a separate "
             "run; memory and time: ratios to no checkpointing; time s: median of "
             f"{args.repeats} runs without tracemalloc, modes interleaved; gradients: compared "
             "bit for bit with no checkpointing.",
@@ -644,7 +680,7 @@ def measure_curve(workload_name, steps, memory, count=5, repeats=3):
     if least > memory:
         raise ValueError(
             f"--memory {memory} bytes is too small for {workload_name} with {steps} steps: "
-            f"the least any plan needs is {least} bytes ({least / MiB:.3f} MiB)"
+            f"the least any plan needs is {least} bytes ({format_bytes(least)})"
         )
     reference = make_workload(workload_name, steps=steps).loss_and_gradients(Tape())[1]
     budgets = curve_budgets(least, memory, count)
@@ -679,6 +715,7 @@ def measure_curve(workload_name, steps, memory, count=5, repeats=3):
                     peak_bytes=stats.peak_bytes,
                     predicted_seconds=stats.predicted_seconds,
                     max_grad_diff=_max_diff(grads, reference),
+                    stats=stats.to_dict(),  # of the planning run (json only)
                 )
                 continue
             seconds[cell].append(stats.seconds)
@@ -745,7 +782,7 @@ def compare_memory(args, out):
                     "interleaved; predicted_seconds: the plan's time under the costs measured "
                     "by Tape(memory=); peak_bytes: tape.stats.peak_bytes"
                 ),
-                rows=public,
+                rows=[dict(p, stats=row.get("stats")) for p, row in zip(public, rows)],
                 failures=failures,
                 ok=not failures,
                 figure=args.plot,
@@ -756,25 +793,28 @@ def compare_memory(args, out):
     elif args.format == "csv":
         _write_csv(public, out)
     else:
+        budget = _bytes_column(rows, "budget")
+        held = _bytes_column([row for row in rows if row["fits"]], "peak_bytes")
         lines = [
             f"workload {args.workload} ({description}), {args.steps} steps; budget curve up "
-            f"to {args.memory / MiB:.3f} MiB",
+            f"to {format_bytes(args.memory)}",
             f"measured: one step forward {costs.forward_time[0] * 1e3:.3f} ms, taped and "
             f"reversed {costs.reverse_time[0] * 1e3:.3f} ms, state {costs.state_bytes[0]} B, "
             f"tape {costs.tape_bytes[0]} B (step 0); least budget "
-            f"{S.minimum_bytes(costs) / MiB:.3f} MiB",
+            f"{format_bytes(S.minimum_bytes(costs))}",
             "",
-            f"{'budget MiB':>10} {'schedule':<8} {'slots':>5} {'forward':>7} {'held MiB':>9} "
+            f"{'budget ' + budget[0]:>10} {'schedule':<8} {'slots':>5} {'forward':>7} "
+            f"{'held ' + held[0]:>9} "
             f"{'predicted s':>11} {'measured s':>10} {'ratio':>6} {'max |grad diff|':>16}",
         ]
         for row in rows:
-            head = f"{row['budget'] / MiB:>10.3f} {row['schedule']:<8}"
+            head = f"{_in(row['budget'], budget):>10} {row['schedule']:<8}"
             if not row["fits"]:
                 lines.append(f"{head} does not fit (not even one slot)")
                 continue
             lines.append(
                 f"{head} {row['snapshots']:>5} {row['forward_steps']:>7} "
-                f"{row['peak_bytes'] / MiB:>9.3f} {row['predicted_seconds']:>11.4f} "
+                f"{_in(row['peak_bytes'], held):>9} {row['predicted_seconds']:>11.4f} "
                 f"{row['seconds']:>10.4f} {row['ratio']:>6.2f} {row['max_grad_diff']:>16.3g}"
             )
         lines += [
@@ -980,7 +1020,7 @@ def _quiet_exit_on_broken_pipe():
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_sizes_as_values(sys.argv[1:] if argv is None else argv))
     if args.command is None:
         parser.print_help()
         return 0

@@ -75,6 +75,7 @@ from .tape import (
     no_grad,
 )
 from .tensor import Tensor
+from .units import format_bytes
 
 
 class LoopError(RuntimeError):
@@ -138,7 +139,8 @@ class LoopStats:
 
     ``snapshots`` is the schedule's slot budget; ``timeline`` lists
     (step evaluations so far, bytes held) after every step and action when the
-    tape was made with ``trace=True`` (else it is None).  ``seconds`` is the
+    tape was made with ``trace=True`` (else it is None; ``tape.stats`` has it
+    for a tape of one chain, ``tape.loops[i]`` for each of several).  ``seconds`` is the
     wall time of the chain's forward and backward sweeps (the schedule's
     actions).  Under ``rm.Tape(memory=...)`` (:mod:`remat.memory`):
     ``memory`` is the byte budget, ``plan`` says whether the plan was
@@ -190,7 +192,9 @@ class LoopStats:
 
     @classmethod
     def combine(cls, stats: Iterable[LoopStats]) -> LoopStats:
-        """The counts of several chains added up (peaks: the largest), as ``tape.stats``."""
+        """The counts of several chains added up (peaks: the largest), as ``tape.stats``.
+        A timeline is kept only when there is one chain; several chains keep theirs
+        in ``tape.loops``."""
         stats = list(stats)
         return cls(
             steps=sum(s.steps for s in stats),
@@ -199,6 +203,7 @@ class LoopStats:
             peak_bytes=max((s.peak_bytes for s in stats), default=0),
             schedule=", ".join(s.schedule for s in stats),
             snapshots=max((s.snapshots for s in stats), default=0),
+            timeline=stats[0].timeline if len(stats) == 1 else None,
             seconds=sum(s.seconds for s in stats),
             memory=max((s.memory for s in stats if s.memory is not None), default=None),
             plan=", ".join(s.plan for s in stats if s.plan),
@@ -219,22 +224,39 @@ class LoopStats:
             ),
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The counts as a plain dict (``recomputed_steps`` included), ready for
+        ``json.dump``: what ``remat compare --format json`` prints of each tape.
+
+        >>> import remat as rm
+        >>> with rm.Tape(snapshots=4) as tape:
+        ...     h = tape.loop(lambda h: h * 0.9, rm.ones(8, requires_grad=True), steps=10)
+        >>> h.sum().backward()
+        >>> d = tape.stats.to_dict()
+        >>> d["steps"], d["recomputed_steps"], d["schedule"]
+        (10, 14, 'Revolve')
+        """
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        if fields["timeline"] is not None:
+            fields["timeline"] = [list(point) for point in fields["timeline"]]
+        return dict(fields, recomputed_steps=self.recomputed_steps)
+
     def __str__(self):
         factor = self.forward_steps / self.steps if self.steps else 0.0
         text = (
             f"{self.schedule or 'no loop'}: {self.steps} steps, {self.forward_steps} step "
             f"evaluations ({self.recomputed_steps} recomputed, {factor:.2f}x), "
-            f"peak {self.peak_snapshots} snapshots, peak {self.peak_bytes / 2**20:.3f} MiB held"
+            f"peak {self.peak_snapshots} snapshots, peak {format_bytes(self.peak_bytes)} held"
         )
         if self.memory is not None:
-            text += f" of a {self.memory / 2**20:.3f} MiB budget (plan {self.plan})"
+            text += f" of a {format_bytes(self.memory)} budget (plan {self.plan})"
         if self.predicted_seconds is not None:
             text += f"; {self.seconds:.4f} s measured, {self.predicted_seconds:.4f} s predicted"
         if self.disk_writes:
             text += (
-                f"; disk: {self.disk_writes} writes ({self.disk_bytes_written / 2**20:.3f} MiB), "
-                f"{self.disk_reads} reads ({self.disk_bytes_read / 2**20:.3f} MiB), peak "
-                f"{self.peak_disk_bytes / 2**20:.3f} MiB on disk, {self.disk_seconds:.4f} s"
+                f"; disk: {self.disk_writes} writes ({format_bytes(self.disk_bytes_written)}), "
+                f"{self.disk_reads} reads ({format_bytes(self.disk_bytes_read)}), peak "
+                f"{format_bytes(self.peak_disk_bytes)} on disk, {self.disk_seconds:.4f} s"
             )
         if self.reconstruction_error is not None:
             text += f"; reconstruction error {self.reconstruction_error:.3g}"

@@ -52,6 +52,13 @@ def test_compare_prints_a_measured_table_and_exits_zero():
         (["compare", "--plot", "figure.foo"], "cannot write a '.foo' figure; use one of"),
         (["compare", "--format", "xml"], "invalid choice: 'xml'"),
         (["compare", "--repeats", "0"], "--repeats must be between 1 and 1000, got 0"),
+        # the size's error was prefixed twice ("argument --memory: --memory: memory must")
+        (
+            ["compare", "--memory", "0"],
+            "argument --memory: memory must be at least 1 byte, got '0'",
+        ),
+        # a negative size was read as an option ("expected one argument")
+        (["compare", "--memory", "-3MiB"], "memory must be at least 1 byte, got '-3MiB'"),
     ],
 )
 def test_bad_arguments_give_one_line_and_status_2(args, message):
@@ -94,7 +101,9 @@ def test_compare_json_carries_every_figure_and_the_environment():
     rows = {row["schedule"]: row for row in document["rows"]}
     assert list(rows) == list(cli.COMPARED)
     for name, row in rows.items():
-        assert set(row) == set(cli.PUBLIC), name
+        assert set(row) == set(cli.PUBLIC) | {"stats"}, name
+        assert row["stats"]["forward_steps"] == row["forward_steps"], name  # tape.stats.to_dict()
+        assert row["stats"]["peak_bytes"] == row["tape_peak_bytes"], name
         assert row["max_grad_diff"] == 0.0, name
         assert row["loss"] == rows["store_all"]["loss"]
         assert row["steps"] == 30
@@ -321,8 +330,9 @@ def test_compare_memory_draws_the_budget_curve_within_every_budget():
     assert budgets[0] == document["least_bytes"] and budgets[-1] == 300 * 1024
     assert len(budgets) == 5 and [row["schedule"] for row in rows[:3]] == list(cli.CURVE)
     for row in rows:
-        assert set(row) == set(cli.CURVE_PUBLIC)
+        assert set(row) == set(cli.CURVE_PUBLIC) | {"stats"}
         if row["fits"]:
+            assert row["stats"]["memory"] == row["budget"]  # tape.stats.to_dict() of the run
             assert row["peak_bytes"] <= row["budget"]
             assert row["max_grad_diff"] == 0.0
             assert row["predicted_seconds"] > 0 and row["seconds"] > 0
@@ -426,3 +436,14 @@ def test_compare_transformer_fails_when_a_gradient_differs(monkeypatch, capsys):
     assert "rm.checkpoint per block: gradients differ from no checkpointing" in (
         capsys.readouterr().out
     )
+
+
+# Sizes under a MiB printed as a column of 0.000 MiB: each column takes the unit its values fill.
+def test_tables_print_small_sizes_in_a_unit_they_fill():
+    result = run_cli("compare", "--steps", "6", "--snapshots", "2", "--repeats", "1")
+    assert result.returncode == 0, result.stderr
+    header = next(line for line in result.stdout.splitlines() if line.startswith("schedule"))
+    assert "tape KiB" in header and "traced KiB" in header, header
+    assert " 0.000 " not in result.stdout
+    revolve = next(line.split() for line in result.stdout.splitlines() if line[:8] == "revolve ")
+    assert float(revolve[5]) >= 2 * 16  # at least its two 16 KiB snapshots, in KiB

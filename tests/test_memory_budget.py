@@ -7,6 +7,7 @@ store-all's whatever the plan.  No test here asserts anything about time.
 
 import functools
 import itertools
+import json
 import random
 
 import numpy as np
@@ -18,6 +19,7 @@ import remat as rm
 from remat import memory, schedules
 from remat.budget import Tape
 from remat.executor import LoopError
+from remat.units import format_bytes
 
 rng = np.random.default_rng(0)
 
@@ -144,7 +146,7 @@ def test_sizes_parse(text, value):
         ("", ValueError, "is not a size"),
         ("MiB", ValueError, "is not a size"),
         ("12 parsecs", ValueError, "is not a size"),
-        ("-5 MiB", ValueError, "is not a size"),
+        ("-5 MiB", ValueError, "at least 1 byte"),  # a size, and under one byte
         ("1e6", ValueError, "is not a size"),
         ("0 B", ValueError, "at least 1 byte"),
         ("0.5 B", ValueError, "at least 1 byte"),
@@ -172,6 +174,13 @@ def test_schedules_that_do_not_plan_for_bytes_are_refused(schedule):
 def test_a_schedule_object_is_refused():
     with pytest.raises(ValueError, match="cannot serve the schedule object"):
         Tape(memory="1 MiB", schedule=schedules.Revolve(10, 3))
+
+
+# Tape(schedule="optimal") alone said the schedule was unknown, though the docstring lists it.
+@pytest.mark.parametrize("snapshots", [None, 3])
+def test_optimal_without_a_byte_budget_says_it_needs_one(snapshots):
+    with pytest.raises(ValueError, match="'optimal' plans from the measured costs.*memory="):
+        Tape(schedule="optimal", snapshots=snapshots)
 
 
 def test_optimal_takes_no_snapshots():
@@ -713,3 +722,44 @@ def test_chains_of_repeated_layers_are_exact_within_every_budget(cycle, steps, s
     plan = tape.plans[0][0]
     if len(set(cycle)) == 1 or not shuffle:  # a loop, or a short cycle: planned exactly
         assert getattr(plan, "blocks", None) is None
+
+
+# --- sizes written back --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "count, text",
+    [
+        (0, "0 B"),
+        (300, "300 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (48 * 1024 + 512, "48.5 KiB"),
+        (2**20, "1.000 MiB"),
+        (3 * 2**30 + 2**29, "3.500 GiB"),
+    ],
+)
+def test_sizes_are_written_in_the_largest_unit_they_fill(count, text):
+    assert format_bytes(count) == text
+
+
+# A 256-byte peak printed as "peak 0.000 MiB held".
+def test_stats_print_small_peaks_in_bytes():
+    with Tape(snapshots=4) as tape:
+        h = tape.loop(lambda h: h * 0.9, rm.ones(8, requires_grad=True), steps=10)
+    h.sum().backward()
+    assert "peak 256 B held" in str(tape.stats)  # four snapshots of 8 float64
+
+
+def test_stats_to_dict_is_plain_data_with_every_count():
+    for tape in (Tape(memory="64 KiB"), Tape(snapshots=3, trace=True)):
+        with tape:
+            h = tape.loop(res_step, rm.tensor(H0, requires_grad=True), steps=12)
+        (h * h).sum().backward()
+        counts = tape.stats.to_dict()
+        assert json.loads(json.dumps(counts)) == counts  # plain data, as json writes it
+        assert counts["steps"] == 12 and counts["memory"] == tape.byte_limit
+        assert counts["recomputed_steps"] == counts["forward_steps"] - 12
+        assert counts["peak_bytes"] == tape.stats.peak_bytes
+    assert counts["timeline"] == [list(point) for point in tape.stats.timeline]
+    assert len(counts["timeline"]) > 12
