@@ -13,6 +13,9 @@ import pytest
 
 import remat as rm
 from remat import blockwise, cli, schedules, workloads
+from remat.cli import common
+from remat.cli import curve as cb
+from remat.cli import table as cs
 
 
 def run_cli(*args):
@@ -25,11 +28,11 @@ def test_compare_prints_a_measured_table_and_exits_zero():
     result = run_cli("compare", "--steps", "40", "--snapshots", "4")
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line}
-    assert set(cli.COMPARED) <= set(rows)
+    assert set(cs.COMPARED) <= set(rows)
     revolve = rows["revolve"]
     assert int(revolve[2]) == int(revolve[3]) == schedules.optimal_forward_steps(40, 4)
     assert int(rows["store_all"][2]) == 40
-    assert all(float(rows[name][-1]) == 0.0 for name in cli.COMPARED)
+    assert all(float(rows[name][-1]) == 0.0 for name in cs.COMPARED)
     assert "gradients identical under every schedule" in result.stdout
 
 
@@ -70,7 +73,7 @@ def test_bad_arguments_give_one_line_and_status_2(args, message):
 
 
 def test_compare_fails_when_a_gradient_differs(monkeypatch, capsys):
-    real = cli.run_once
+    real = cs.run_once
 
     def tampered(workload, steps, snapshots, name, **kwargs):
         row = real(workload, steps, snapshots, name, **kwargs)
@@ -78,7 +81,7 @@ def test_compare_fails_when_a_gradient_differs(monkeypatch, capsys):
             row["grads"] = [g + 1e-12 for g in row["grads"]]
         return row
 
-    monkeypatch.setattr(cli, "run_once", tampered)
+    monkeypatch.setattr(cs, "run_once", tampered)
     args = cli.build_parser().parse_args(["compare", "--steps", "12", "--snapshots", "3"])
     assert cli.compare(args) == 1
     assert "revolve: gradients differ from store_all" in capsys.readouterr().out
@@ -99,9 +102,9 @@ def test_compare_json_carries_every_figure_and_the_environment():
     }
     assert document["machine"]["cpu_count"] >= 1 and document["machine"]["platform"]
     rows = {row["schedule"]: row for row in document["rows"]}
-    assert list(rows) == list(cli.COMPARED)
+    assert list(rows) == list(cs.COMPARED)
     for name, row in rows.items():
-        assert set(row) == set(cli.PUBLIC) | {"stats"}, name
+        assert set(row) == set(cs.PUBLIC) | {"stats"}, name
         assert row["stats"]["forward_steps"] == row["forward_steps"], name  # tape.stats.to_dict()
         assert row["stats"]["peak_bytes"] == row["tape_peak_bytes"], name
         assert row["max_grad_diff"] == 0.0, name
@@ -121,8 +124,8 @@ def test_compare_csv_has_one_row_per_schedule():
     result = run_cli("compare", "--steps", "20", "--snapshots", "3", "--format", "csv")
     assert result.returncode == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert [row["schedule"] for row in rows] == list(cli.COMPARED)
-    assert all(list(row) == list(cli.PUBLIC) for row in rows)
+    assert [row["schedule"] for row in rows] == list(cs.COMPARED)
+    assert all(list(row) == list(cs.PUBLIC) for row in rows)
     assert all(float(row["max_grad_diff"]) == 0.0 for row in rows)
     revolve = rows[2]
     assert int(revolve["forward_steps"]) == schedules.optimal_forward_steps(20, 3)
@@ -131,7 +134,7 @@ def test_compare_csv_has_one_row_per_schedule():
 
 def test_time_is_measured_without_tracemalloc_and_memory_in_other_runs(monkeypatch):
     names, tracing = [], []  # for every run, in order: its schedule, and whether traced
-    real_tape_for, real_run = cli._tape_for, workloads.Workload.loss_and_gradients
+    real_tape_for, real_run = cs._tape_for, workloads.Workload.loss_and_gradients
 
     def tape_for(name, snapshots, trace=False):
         names.append(name)
@@ -141,10 +144,10 @@ def test_time_is_measured_without_tracemalloc_and_memory_in_other_runs(monkeypat
         tracing.append(tracemalloc.is_tracing())
         return real_run(self, tape, online=online)
 
-    monkeypatch.setattr(cli, "_tape_for", tape_for)
+    monkeypatch.setattr(cs, "_tape_for", tape_for)
     monkeypatch.setattr(workloads.Workload, "loss_and_gradients", run)
-    rows = cli.measure("ode", 10, 3, repeats=3)
-    order = list(cli.COMPARED)
+    rows = cs.measure("ode", 10, 3, repeats=3)
+    order = list(cs.COMPARED)
     assert names[:4] == order and tracing[:4] == [True] * 4  # memory first, one run each
     assert tracing[4:] == [False] * 12 and not tracemalloc.is_tracing()
     rounds = [names[i : i + 4] for i in range(4, 16, 4)]
@@ -189,7 +192,7 @@ def test_every_option_has_help_and_its_default(command, capsys):
 
 def test_plot_needs_matplotlib_and_says_so_before_any_work(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
-    monkeypatch.setattr(cli, "measure", lambda *a, **k: pytest.fail("work was done"))
+    monkeypatch.setattr(cs, "measure", lambda *a, **k: pytest.fail("work was done"))
     with pytest.raises(SystemExit) as exit_:
         cli.main(["compare", "--plot", str(tmp_path / "c.png")])
     assert exit_.value.code == 2
@@ -204,10 +207,10 @@ def test_compare_figure_has_one_colour_per_schedule(tmp_path, capsys):
     args = cli.build_parser().parse_args(
         ["compare", "--workload", "ode", "--steps", "15", "--snapshots", "3", "--plot", str(path)]
     )
-    rows = cli.measure("ode", 15, 3, repeats=1, trace=True)
-    fig = cli._compare_figure(rows, args)
+    rows = cs.measure("ode", 15, 3, repeats=1, trace=True)
+    fig = cs._compare_figure(rows, args)
     held, evaluations, seconds, timeline = fig.axes
-    want = [to_hex(cli.COLORS[name]) for name in cli.COMPARED]
+    want = [to_hex(cs.COLORS[name]) for name in cs.COMPARED]
     for ax in (held, evaluations, seconds):
         assert [to_hex(bar.get_facecolor()) for bar in ax.patches] == want
     assert held.get_yscale() == "log" and timeline.get_yscale() == "log"
@@ -215,7 +218,7 @@ def test_compare_figure_has_one_colour_per_schedule(tmp_path, capsys):
         row["forward_steps"] for row in rows
     ]
     lines = {line.get_label(): to_hex(line.get_color()) for line in timeline.get_lines()}
-    assert lines == dict(zip(cli.COMPARED, want))
+    assert lines == dict(zip(cs.COMPARED, want))
     assert cli.compare(args) == 0
     assert path.with_suffix(".png").stat().st_size > 10_000
     assert f"figure written to {path}.png" in capsys.readouterr().out
@@ -252,7 +255,7 @@ def test_schedule_csv_and_json(capsys):
     assert document["versions"]["remat"] == rm.__version__
 
 
-@pytest.mark.parametrize("fmt", cli.FORMATS)
+@pytest.mark.parametrize("fmt", common.FORMATS)
 def test_a_reader_that_goes_away_is_not_an_error(fmt):
     # `remat schedule ... | head -1`: far more output than a pipe holds, so the
     # writer meets the closed pipe whatever the timing.
@@ -328,9 +331,9 @@ def test_compare_memory_draws_the_budget_curve_within_every_budget():
     rows = document["rows"]
     budgets = sorted({row["budget"] for row in rows})
     assert budgets[0] == document["least_bytes"] and budgets[-1] == 300 * 1024
-    assert len(budgets) == 5 and [row["schedule"] for row in rows[:3]] == list(cli.CURVE)
+    assert len(budgets) == 5 and [row["schedule"] for row in rows[:3]] == list(cb.CURVE)
     for row in rows:
-        assert set(row) == set(cli.CURVE_PUBLIC) | {"stats"}
+        assert set(row) == set(cb.CURVE_PUBLIC) | {"stats"}
         if row["fits"]:
             assert row["stats"]["memory"] == row["budget"]  # tape.stats.to_dict() of the run
             assert row["peak_bytes"] <= row["budget"]

@@ -1,0 +1,183 @@
+"""The command line: ``remat compare`` and ``remat schedule``.
+
+``remat compare`` runs one real workload under store_all, sqrt, revolve and
+online checkpointing and prints what each bought and cost, all measured:
+step evaluations (checked against the binomial optimum), bytes held by the
+tape, the tracemalloc peak, wall time, and the largest difference of each
+gradient from store_all's (which must be exactly zero).  Wall time comes from
+runs made without tracemalloc (which slows allocation down several times),
+repeated with the schedules interleaved, and is their median; memory comes
+from separate runs under tracemalloc.
+
+``remat compare --memory 2MiB`` draws the budget curve instead: for byte
+budgets from the least any plan needs up to the one given, the time of
+revolve with the most slots that fit, of mixed checkpointing with the most
+slots that fit and of the optimal plan (:class:`remat.schedules.Optimal`),
+each measured (the chain's own forward and backward, median of the repeats)
+beside what the plan predicts from the measured costs, with the bytes held
+(never above the budget) and the gradients' difference from store_all's.
+
+``remat compare --workload transformer`` compares ways of checkpointing a
+chain of blocks instead (:mod:`remat.blockwise`): no checkpointing,
+``rm.checkpoint`` around every block, the same with
+``policy=rm.policies.save_ops("matmul")``, and revolve over the blocks, with
+the memory, time, blocks and ops evaluated again and gradient agreement of
+each.
+
+``remat schedule`` prints a schedule's actions and totals and can draw it.
+
+Both take ``--format table|csv|json``; json carries every figure measured plus
+the versions of Python, NumPy and remat and a description of the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .. import __version__
+from .. import schedules as S
+from ..workloads import WORKLOADS
+from .blocks import compare_blocks
+from .common import Parser, count_option, output_options, size_option, sizes_as_values
+from .curve import compare_memory
+from .listing import schedule
+from .table import compare_schedules
+
+__all__ = ["build_parser", "compare", "main", "schedule"]
+
+BLOCKWISE = ("transformer",)  # chains of blocks: compared by remat.blockwise
+DEFAULTS = dict(steps=200, snapshots=8)  # --steps and --snapshots, unless below
+BLOCKWISE_DEFAULTS = dict(steps=8, snapshots=3)
+
+
+def compare(args, out=None):
+    """``remat compare``: the budget curve, the blocks or the schedules, by the options."""
+    out = out or sys.stdout
+    defaults = BLOCKWISE_DEFAULTS if args.workload in BLOCKWISE else DEFAULTS
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.memory is not None:
+        return compare_memory(args, out)
+    if args.budgets is not None:
+        print("remat compare: error: --budgets needs --memory", file=sys.stderr)
+        return 2
+    if args.workload in BLOCKWISE:
+        return compare_blocks(args, out)
+    return compare_schedules(args, out)
+
+
+def build_parser():
+    parser = Parser(
+        prog="remat",
+        description="Reverse-mode autodiff with checkpointing: compare schedules on a real "
+        "workload, or print and draw one schedule.",
+        epilog="Run 'remat COMMAND --help' for the options of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"remat {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    compare = commands.add_parser(
+        "compare",
+        help="run a workload under each schedule and compare memory, work and time",
+        description="Run one workload under store_all, sqrt, revolve and online "
+        "checkpointing; time runs without tracemalloc, measure memory in separate runs "
+        "under tracemalloc, and check that every gradient equals store_all's exactly.",
+    )
+    compare.add_argument(
+        "--workload", default="resmlp", choices=sorted(WORKLOADS), help="the loop to run"
+    )
+    compare.add_argument(
+        "--steps",
+        type=count_option("--steps", 1, 10**6),
+        help="loop length n, or number of blocks (default: 200; 8 for transformer)",
+    )
+    compare.add_argument(
+        "--snapshots",
+        type=count_option("--snapshots", 1, 10**4),
+        help="snapshot budget of revolve and online (store_all and sqrt take none) "
+        "(default: 8; 3 for transformer)",
+    )
+    compare.add_argument(
+        "--repeats",
+        type=count_option("--repeats", 1, 1000),
+        default=3,
+        help="timed runs per schedule, interleaved across schedules; time is their median",
+    )
+    compare.add_argument(
+        "--memory",
+        metavar="BYTES",
+        type=size_option,
+        help="draw the budget curve up to this many bytes (e.g. 2MiB, 512KiB, 3MB): time "
+        "against bytes for revolve, mixed and the optimal plan, measured and predicted "
+        "(default: no budget curve)",
+    )
+    compare.add_argument(
+        "--budgets",
+        type=count_option("--budgets", 1, 100),
+        help="with --memory: how many budgets on the curve (spaced evenly on a log scale "
+        "from the least a plan needs up to --memory; default 5)",
+    )
+    output_options(compare, "a figure of memory, step evaluations and time")
+    schedule = commands.add_parser(
+        "schedule",
+        help="print and draw one schedule",
+        description="Print a schedule's actions (for short loops) and what it costs, "
+        "counted by schedules.simulate.",
+    )
+    schedule.add_argument(
+        "--steps",
+        type=count_option("--steps", 1, 10**7),
+        required=True,
+        help="loop length n (required)",
+    )
+    schedule.add_argument(
+        "--snapshots",
+        type=count_option("--snapshots", 1, 10**4),
+        help="snapshot budget (no default: required by revolve, periodic, online and mixed; "
+        "refused by store_all and sqrt)",
+    )
+    schedule.add_argument(
+        "--schedule", default="revolve", choices=S.SCHEDULE_NAMES, help="which schedule"
+    )
+    schedule.add_argument(
+        "--show",
+        type=count_option("--show", 0, 10**7),
+        default=60,
+        help="list the actions if the loop has at most this many steps",
+    )
+    output_options(schedule, "the schedule diagram")
+    return parser
+
+
+def _quiet_exit_on_broken_pipe():
+    """The reader went away (``remat ... | head``): stop writing, say nothing.
+
+    Python flushes stdout once more at exit, which would fail again and print
+    a message; pointing the file descriptor at /dev/null makes that flush
+    harmless.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a real file: nothing to flush later
+        pass
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(sizes_as_values(sys.argv[1:] if argv is None else argv))
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        status = {"compare": compare, "schedule": schedule}[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:  # before OSError, which it is a kind of
+        _quiet_exit_on_broken_pipe()
+        return 0
+    except (ValueError, ImportError, OSError) as error:
+        print(f"remat {args.command}: error: {error}", file=sys.stderr)
+        return 2
