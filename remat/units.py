@@ -9,6 +9,7 @@ fills, so that 300 bytes read as ``300 B`` and not as ``0.000 MiB``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from fractions import Fraction
 from numbers import Integral
 
@@ -78,7 +79,7 @@ def format_bytes(count: float) -> str:
     return f"{count:.0f} B"
 
 
-def binary_unit(counts) -> tuple[str, int, int]:
+def binary_unit(counts: Iterable[float]) -> tuple[str, int, int]:
     """One unit for a column of byte counts: (name, size, decimals) of the largest
     binary unit the column's largest value fills, so that a table of small
     figures is not a column of ``0.000`` (``("B", 1, 0)`` below a KiB)."""
