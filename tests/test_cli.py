@@ -450,3 +450,54 @@ def test_tables_print_small_sizes_in_a_unit_they_fill():
     assert " 0.000 " not in result.stdout
     revolve = next(line.split() for line in result.stdout.splitlines() if line[:8] == "revolve ")
     assert float(revolve[5]) >= 2 * 16  # at least its two 16 KiB snapshots, in KiB
+
+
+# remat schedule had no optimal, two-level or disk schedule.
+@pytest.mark.parametrize(
+    "name, extra, want",
+    [
+        ("optimal", [], schedules.Optimal),
+        ("two_level", ["--disk-snapshots", "2"], schedules.TwoLevel),
+        ("disk_revolve", ["--write-cost", "1", "--read-cost", "3"], schedules.DiskRevolve),
+    ],
+)
+def test_schedule_lists_the_optimal_and_disk_schedules(name, extra, want, capsys):
+    argv = ["schedule", "--steps", "30", "--snapshots", "3", "--schedule", name, *extra]
+    args = cli.build_parser().parse_args([*argv, "--format", "json"])
+    assert cli.schedule(args) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["description"].startswith(want.__name__)
+    assert len(document["action_list"]) == document["actions"]
+    if name == "optimal":  # unit costs, in the memory revolve holds with 3 slots
+        costs = schedules.ChainCosts.uniform(30, 1.0, 2.0, 1, 2)
+        revolve = schedules.simulate(schedules.Revolve(30, 3), costs=costs)
+        assert document["peak_units"] <= revolve.peak_bytes == 5
+        assert document["predicted_time"] <= revolve.time
+        assert document["forward_steps"] <= revolve.forward_steps == 115
+    else:
+        assert document["peak_disk_snapshots"] >= 1 and document["disk_reads"] >= 1
+        cost = (
+            schedules.two_level_cost(30, 3, 2, 2.0, 2.0)
+            if name == "two_level"
+            else schedules.disk_revolve_cost(30, 3, 1.0, 3.0)
+        )
+        assert document["cost"] == cost
+    assert cli.schedule(cli.build_parser().parse_args(argv)) == 0
+    assert "step evaluations" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--schedule", "optimal"], "--schedule optimal needs --snapshots"),
+        (["--schedule", "two_level", "--snapshots", "2"], "needs --disk-snapshots"),
+        (["--schedule", "sqrt", "--disk-snapshots", "1"], "sqrt takes no --disk-snapshots"),
+        (["--snapshots", "2", "--write-cost", "2"], "revolve takes no --write-cost"),
+        (["--schedule", "disk_revolve", "--snapshots", "2", "--read-cost", "-1"], ">= 0"),
+    ],
+)
+def test_schedule_refuses_options_its_schedule_does_not_use(args, message):
+    result = run_cli("schedule", "--steps", "10", *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr

@@ -39,9 +39,9 @@ from .. import __version__
 from .. import schedules as S
 from ..workloads import WORKLOADS
 from .blocks import compare_blocks
-from .common import Parser, count_option, output_options, size_option, sizes_as_values
+from .common import Parser, cost_option, count_option, output_options, size_option, sizes_as_values
 from .curve import compare_memory
-from .listing import schedule
+from .listing import DISK_COST, LISTED, schedule
 from .table import compare_schedules
 
 __all__ = ["build_parser", "compare", "main", "schedule"]
@@ -134,12 +134,28 @@ def build_parser():
     schedule.add_argument(
         "--snapshots",
         type=count_option("--snapshots", 1, 10**4),
-        help="snapshot budget (no default: required by revolve, periodic, online and mixed; "
-        "refused by store_all and sqrt)",
+        help="snapshot budget (no default: required by revolve, periodic, online, mixed, "
+        "optimal, two_level and disk_revolve; refused by store_all and sqrt)",
     )
     schedule.add_argument(
-        "--schedule", default="revolve", choices=S.SCHEDULE_NAMES, help="which schedule"
+        "--schedule",
+        default="revolve",
+        choices=LISTED,
+        help="which schedule; optimal: the least-time plan, under unit costs, in the memory "
+        "revolve holds with --snapshots; two_level, disk_revolve: memory slots and disk",
     )
+    schedule.add_argument(
+        "--disk-snapshots",
+        type=count_option("--disk-snapshots", 0, 10**4),
+        help="two_level: disk slots besides the --snapshots memory slots",
+    )
+    for side in ("write", "read"):
+        schedule.add_argument(
+            f"--{side}-cost",
+            type=cost_option(f"--{side}-cost"),
+            help=f"two_level, disk_revolve: the time of a disk {side}, in step evaluations "
+            f"(default: {DISK_COST:g})",
+        )
     schedule.add_argument(
         "--show",
         type=count_option("--show", 0, 10**7),

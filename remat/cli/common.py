@@ -60,6 +60,21 @@ def count_option(name, minimum, maximum):
     return parse
 
 
+def cost_option(name):
+    """An option's type: a finite time of at least 0 (in step evaluations)."""
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{name} must be finite and >= 0, got {text!r}")
+        return value
+
+    return parse
+
+
 def size_option(text):
     try:
         return M.parse_bytes(text, "--memory")
