@@ -75,8 +75,8 @@ def test_bad_arguments_give_one_line_and_status_2(args, message):
 def test_compare_fails_when_a_gradient_differs(monkeypatch, capsys):
     real = cs.run_once
 
-    def tampered(workload, steps, snapshots, name, **kwargs):
-        row = real(workload, steps, snapshots, name, **kwargs)
+    def tampered(workload_name, steps, snapshots, name, **kwargs):
+        row = real(workload_name, steps, snapshots, name, **kwargs)
         if name == "revolve" and "seconds" in row:  # one of the timed runs only
             row["grads"] = [g + 1e-12 for g in row["grads"]]
         return row
@@ -136,9 +136,9 @@ def test_time_is_measured_without_tracemalloc_and_memory_in_other_runs(monkeypat
     names, tracing = [], []  # for every run, in order: its schedule, and whether traced
     real_tape_for, real_run = cs._tape_for, workloads.Workload.loss_and_gradients
 
-    def tape_for(name, snapshots, trace=False):
+    def tape_for(name, snapshots, trace=False, memory=None):
         names.append(name)
-        return real_tape_for(name, snapshots, trace)
+        return real_tape_for(name, snapshots, trace, memory)
 
     def run(self, tape, online=False):
         tracing.append(tracemalloc.is_tracing())
@@ -148,6 +148,8 @@ def test_time_is_measured_without_tracemalloc_and_memory_in_other_runs(monkeypat
     monkeypatch.setattr(workloads.Workload, "loss_and_gradients", run)
     rows = cs.measure("ode", 10, 3, repeats=3)
     order = list(cs.COMPARED)
+    assert names[0] == "store_all" and tracing[0] is False  # times a step, to warn if long
+    names, tracing = names[1:], tracing[1:]
     assert names[:4] == order and tracing[:4] == [True] * 4  # memory first, one run each
     assert tracing[4:] == [False] * 12 and not tracemalloc.is_tracing()
     rounds = [names[i : i + 4] for i in range(4, 16, 4)]
@@ -501,3 +503,49 @@ def test_schedule_refuses_options_its_schedule_does_not_use(args, message):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+# compare could not put store-all and the optimal plan (or mixed, periodic) in one table.
+def test_compare_puts_the_schedules_asked_for_in_one_table():
+    names = "revolve,optimal,mixed,periodic"
+    table = run_cli("compare", "--steps", "20", "--snapshots", "3", "--schedules", names)
+    assert table.returncode == 0, table.stderr
+    listed = [line.split()[0] for line in table.stdout.splitlines()[3:8]]
+    assert listed == ["store_all", *names.split(",")]
+    result = run_cli(
+        *"compare --steps 20 --snapshots 3 --repeats 2 --format json".split(), "--schedules", names
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    rows = {row["schedule"]: row for row in document["rows"]}
+    assert list(rows) == ["store_all", *names.split(",")]  # the reference always runs first
+    assert all(row["max_grad_diff"] == 0.0 for row in rows.values())
+    optimal = rows["optimal"]["stats"]
+    assert optimal["memory"] == rows["revolve"]["tape_peak_bytes"]  # in revolve's bytes
+    assert optimal["peak_bytes"] <= optimal["memory"] and optimal["plan"] == "reused"
+    assert rows["mixed"]["forward_steps"] == rows["mixed"]["optimum"]
+    assert rows["mixed"]["optimum"] == schedules.mixed_forward_steps(20, 3)
+    assert rows["periodic"]["optimum"] is None and rows["optimal"]["optimum"] is None
+
+
+def test_compare_refuses_an_unknown_schedule_in_one_line():
+    result = run_cli("compare", "--schedules", "revolve,treeverse")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--schedules takes names from store_all," in lines[0]
+
+
+# A comparison of 500,500 step evaluations ran two minutes with no warning and no progress.
+def test_a_long_comparison_warns_first_and_shows_progress(monkeypatch, capsys):
+    monkeypatch.setattr(cs, "WARN_SECONDS", 0.0)  # every comparison counts as long here
+    assert cli.main(["compare", "--steps", "10", "--snapshots", "2", "--repeats", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    want = 2 * sum(cs.predicted_evaluations(n, 10, 2) for n in cs.COMPARED)
+    assert err[0].startswith(f"remat compare: {want} step evaluations to make (2 runs of each")
+    assert "revolve 30" in err[0]  # T(10, 2), one run
+    assert [line.split(" (")[0] for line in err[1:]] == [f"remat: runs {k}/8" for k in range(1, 9)]
+
+
+def test_a_short_comparison_says_nothing_on_stderr(capsys):
+    assert cli.main(["compare", "--steps", "10", "--snapshots", "2", "--repeats", "1"]) == 0
+    assert capsys.readouterr().err == ""

@@ -39,10 +39,18 @@ from .. import __version__
 from .. import schedules as S
 from ..workloads import WORKLOADS
 from .blocks import compare_blocks
-from .common import Parser, cost_option, count_option, output_options, size_option, sizes_as_values
+from .common import (
+    Parser,
+    cost_option,
+    count_option,
+    names_option,
+    output_options,
+    size_option,
+    sizes_as_values,
+)
 from .curve import compare_memory
 from .listing import DISK_COST, LISTED, schedule
-from .table import compare_schedules
+from .table import COMPARABLE, COMPARED, compare_schedules
 
 __all__ = ["build_parser", "compare", "main", "schedule"]
 
@@ -95,8 +103,16 @@ def build_parser():
     compare.add_argument(
         "--snapshots",
         type=count_option("--snapshots", 1, 10**4),
-        help="snapshot budget of revolve and online (store_all and sqrt take none) "
-        "(default: 8; 3 for transformer)",
+        help="snapshot budget of revolve, online, periodic and mixed (store_all and sqrt take "
+        "none; optimal takes the bytes revolve held with it) (default: 8; 3 for transformer)",
+    )
+    compare.add_argument(
+        "--schedules",
+        type=names_option("--schedules", COMPARABLE),
+        metavar="NAMES",
+        help="the schedules to compare, separated by commas, from "
+        f"{','.join(COMPARABLE)}; store_all always runs, as the reference; optimal is "
+        f"Tape(memory=) in the bytes revolve held (default: {','.join(COMPARED)})",
     )
     compare.add_argument(
         "--repeats",

@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import sys
+import time
 from pathlib import Path
 
 from .. import __version__, backend
@@ -56,6 +57,21 @@ def count_option(name, minimum, maximum):
                 f"{name} must be between {minimum} and {maximum}, got {value}"
             )
         return value
+
+    return parse
+
+
+def names_option(name, allowed):
+    """An option's type: names from ``allowed``, separated by commas, each once."""
+
+    def parse(text):
+        names = tuple(part.strip() for part in text.split(",") if part.strip())
+        unknown = [n for n in names if n not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"{name} takes names from {','.join(allowed)}, separated by commas; got {text!r}"
+            )
+        return tuple(dict.fromkeys(names))  # in the order given, each once
 
     return parse
 
@@ -189,15 +205,26 @@ def in_unit(count, unit):
     return f"{count / size:.{decimals}f}"
 
 
-def progress(items, desc):
-    """A progress bar on a terminal (if tqdm is installed), the plain items otherwise."""
-    if not sys.stderr.isatty():
-        return items
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, desc=desc, leave=False)
+def progress(items, desc, force=False):
+    """A progress bar on a terminal (if tqdm is installed).  Elsewhere the plain
+    items, or with ``force`` (a long run) one line on stderr as each item starts."""
+    items = list(items)
+    if sys.stderr.isatty():
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            pass
+        else:
+            return tqdm(items, desc=desc, leave=False)
+    return _lines(items, desc) if force else items
+
+
+def _lines(items, desc):
+    start = time.perf_counter()
+    for k, item in enumerate(items):
+        elapsed = time.perf_counter() - start
+        print(f"remat: {desc} {k + 1}/{len(items)} ({elapsed:.0f} s so far)", file=sys.stderr)
+        yield item
 
 
 def max_diff(grads, reference):

@@ -30,25 +30,35 @@ from .common import (
     write_json,
 )
 
-COMPARED = ("store_all", "sqrt", "revolve", "online")
+COMPARED = ("store_all", "sqrt", "revolve", "online")  # what compare runs by default
+# What --schedules takes.  "optimal" is the least-time plan of Tape(memory=) in the bytes
+# revolve held with --snapshots slots: the fastest way to reverse in revolve's memory.
+COMPARABLE = ("store_all", "sqrt", "periodic", "revolve", "online", "mixed", "optimal")
+WARN_SECONDS = 10.0  # a comparison predicted to take longer says so first, on stderr
 
 
-def _tape_for(name, snapshots, trace=False):
+def _tape_for(name, snapshots, trace=False, memory=None):
     if name in ("store_all", "sqrt"):
         return Tape(schedule=name, trace=trace)
+    if name == "optimal":
+        return Tape(memory=memory, schedule="optimal", trace=trace)
     return Tape(snapshots=snapshots, schedule=name, trace=trace)
 
 
-def run_once(workload_name, steps, snapshots, name, memory=False, trace=False):
+def run_once(
+    workload_name, steps, snapshots, name, memory=False, trace=False, budget=None, workload=None
+):
     """One forward + backward of the workload under schedule ``name``.
 
     With ``memory=True`` the run is made under tracemalloc and its peak is
     returned as ``traced`` (its time, distorted by tracing, is not returned);
     otherwise it is timed and ``seconds`` is returned.  ``trace=True`` makes
     the tape record bytes held over time (for the figure; it costs memory).
+    ``budget``: the optimal plan's bytes.  ``workload``: one made before, whose
+    functions a cached plan was made for (a new one would be measured again).
     """
-    workload = make_workload(workload_name, steps=steps)
-    tape = _tape_for(name, snapshots, trace)
+    workload = workload or make_workload(workload_name, steps=steps)
+    tape = _tape_for(name, snapshots, trace, budget)
     online = name == "online"
     gc.collect()
     result = dict(schedule=name, tape=tape, state_bytes=workload.state_bytes)
@@ -69,17 +79,56 @@ def run_once(workload_name, steps, snapshots, name, memory=False, trace=False):
 
 
 def _optimum(name, steps, budget):
-    # The binomial optimum assumes one step's tape at a time; sqrt keeps a whole
-    # segment's tapes, so it sits outside that model (no optimum to check).
+    # The binomial optimum assumes one step's tape at a time; sqrt and periodic keep a
+    # whole segment's tapes, so they sit outside that model (no optimum to check), and
+    # the optimal plan minimises time in bytes, not evaluations in slots.
     if name == "store_all":
         return steps  # every step taped once: nothing to recompute
-    return None if name == "sqrt" else S.optimal_forward_steps(steps, budget)
+    if name == "mixed":
+        return S.mixed_forward_steps(steps, budget)
+    if name in ("revolve", "online"):
+        return S.optimal_forward_steps(steps, budget)
+    return None
 
 
-def measure(workload_name, steps, snapshots, repeats=3, trace=False):
-    """Every schedule of :data:`COMPARED`, measured: a list of rows (dicts).
+def predicted_evaluations(name, steps, snapshots):
+    """The step evaluations one run of schedule ``name`` makes (simulated; online's
+    and the optimal plan's are taken as revolve's, which they do not pass by much)."""
+    if name == "store_all":
+        return steps
+    if name in ("online", "optimal"):
+        name = "revolve"
+    sched = S.make_schedule(name, steps, None if name == "sqrt" else snapshots)
+    return S.simulate(sched).forward_steps
 
-    First one run per schedule under tracemalloc (memory; it also warms up),
+
+def warn_if_long(names, steps, snapshots, runs, seconds_per_step, out=None):
+    """Say on stderr, before the work starts, how much there is when it is predicted
+    to take over :data:`WARN_SECONDS`: the step evaluations of each schedule and the
+    time they take at ``seconds_per_step`` (a store_all run's time per step)."""
+    each = {name: predicted_evaluations(name, steps, snapshots) for name in names}
+    total = runs * sum(each.values())
+    predicted = total * seconds_per_step
+    if predicted > WARN_SECONDS:
+        listed = ", ".join(f"{name} {count}" for name, count in each.items())
+        print(
+            f"remat compare: {total} step evaluations to make ({runs} runs of each schedule; "
+            f"one run: {listed}), about {predicted:.0f} s at {seconds_per_step * 1e6:.0f} us "
+            "a step; fewer --steps or --repeats, or more --snapshots, take less",
+            file=out or sys.stderr,
+        )
+    return predicted
+
+
+def measure(workload_name, steps, snapshots, repeats=3, trace=False, names=COMPARED):
+    """Every schedule of ``names`` (store_all, the reference, is always run
+    first), measured: a list of rows (dicts).
+
+    A store_all run first times a step, to warn of a long comparison
+    (:func:`warn_if_long`); with "optimal", a revolve run measures the bytes
+    it holds with ``snapshots`` slots, the optimal plan's budget, and the plan
+    is made (measured and cached) before anything is timed or traced.
+    Then one run per schedule under tracemalloc (memory; it also warms up),
     then ``repeats`` timed rounds without tracemalloc, each running every
     schedule once in a rotated order; a row's ``seconds`` is the median.
     Every run's gradients are compared with store_all's.  ``trace`` adds one
@@ -91,38 +140,48 @@ def measure(workload_name, steps, snapshots, repeats=3, trace=False):
             "tracemalloc is already tracing (PYTHONTRACEMALLOC or -X tracemalloc?): "
             "run without it, so that the timed runs are not slowed down by tracing"
         )
-    total = len(COMPARED) * (repeats + 1 + bool(trace))
-    runs = iter(progress(range(total), "runs"))
+    names = ("store_all", *(name for name in names if name != "store_all"))
+    workload = make_workload(workload_name, steps=steps)  # one for all runs: plans cache
+    probe = run_once(workload_name, steps, snapshots, "store_all", workload=workload)
+    runs_each = repeats + 1 + bool(trace)
+    long = warn_if_long(names, steps, snapshots, runs_each, probe["seconds"] / steps)
+    budget = None
+    if "optimal" in names:  # revolve's bytes; the plan made here is reused below
+        revolve = run_once(workload_name, steps, snapshots, "revolve", workload=workload)
+        budget = revolve["stats"].peak_bytes
+        run_once(workload_name, steps, snapshots, "optimal", budget=budget, workload=workload)
+    runs = iter(progress(range(len(names) * runs_each), "runs", force=long > WARN_SECONDS))
 
     def run(name, **kwargs):
         next(runs, None)
-        return run_once(workload_name, steps, snapshots, name, **kwargs)
+        return run_once(
+            workload_name, steps, snapshots, name, budget=budget, workload=workload, **kwargs
+        )
 
-    first = {name: run(name, memory=True) for name in COMPARED}
+    first = {name: run(name, memory=True) for name in names}
     reference = first["store_all"]["grads"]
-    diffs = {name: max_diff(first[name]["grads"], reference) for name in COMPARED}
-    losses = {name: {first[name]["loss"]} for name in COMPARED}
-    seconds = {name: [] for name in COMPARED}
+    diffs = {name: max_diff(first[name]["grads"], reference) for name in names}
+    losses = {name: {first[name]["loss"]} for name in names}
+    seconds = {name: [] for name in names}
     for round_ in range(repeats):
-        shift = round_ % len(COMPARED)
-        for name in COMPARED[shift:] + COMPARED[:shift]:
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
             timed = run(name)
             seconds[name].append(timed["seconds"])
             diffs[name] = max(diffs[name], max_diff(timed["grads"], reference))
             losses[name].add(timed["loss"])
-    traced = {name: run(name, trace=True)["tape"] for name in COMPARED} if trace else {}
+    traced = {name: run(name, trace=True)["tape"] for name in names} if trace else {}
     rows = []
-    for name in COMPARED:
+    for name in names:
         stats = first[name]["stats"]
-        budget = stats.snapshots
         rows.append(
             dict(
                 schedule=name,
-                snapshots=budget,
+                snapshots=stats.snapshots,
                 steps=stats.steps,
                 forward_steps=stats.forward_steps,
                 recomputed_steps=stats.recomputed_steps,
-                optimum=_optimum(name, steps, budget),
+                optimum=_optimum(name, steps, stats.snapshots),
                 factor=stats.forward_steps / steps,
                 peak_snapshots=stats.peak_snapshots,
                 tape_peak_bytes=stats.peak_bytes,
@@ -150,9 +209,14 @@ def _check(rows):
             failures.append(f"{name}: gradients differ from store_all by {row['max_grad_diff']:g}")
         if not row["losses_agree"]:
             failures.append(f"{name}: the loss differs between runs or from store_all's")
-        if name == "revolve" and row["forward_steps"] != row["optimum"]:
+        if name in ("revolve", "mixed") and row["forward_steps"] != row["optimum"]:
             failures.append(
-                f"revolve: {row['forward_steps']} step evaluations, the optimum is {row['optimum']}"
+                f"{name}: {row['forward_steps']} step evaluations, the optimum is {row['optimum']}"
+            )
+        if name == "optimal" and row["stats"].peak_bytes > row["stats"].memory:
+            failures.append(
+                f"optimal: held {row['stats'].peak_bytes} bytes, over its budget of "
+                f"{row['stats'].memory} (revolve's)"
             )
     return failures
 
@@ -179,7 +243,8 @@ PUBLIC = (  # the fields of a row that csv and json print
 
 def compare_schedules(args, out):
     """``remat compare``: the table (or csv, json, figure) of every schedule."""
-    rows = measure(args.workload, args.steps, args.snapshots, args.repeats, bool(args.plot))
+    names = args.schedules or COMPARED
+    rows = measure(args.workload, args.steps, args.snapshots, args.repeats, bool(args.plot), names)
     failures = _check(rows)
     description = make_workload(args.workload, steps=1).description
     if args.plot:
@@ -251,6 +316,9 @@ COLORS = {  # one colour per schedule, in every panel
     "sqrt": "tab:orange",
     "revolve": "tab:red",
     "online": "tab:purple",
+    "periodic": "tab:brown",
+    "mixed": "tab:green",
+    "optimal": "tab:blue",
 }
 
 
