@@ -215,7 +215,9 @@ def test_compare_figure_has_one_colour_per_schedule(tmp_path, capsys):
     want = [to_hex(cs.COLORS[name]) for name in cs.COMPARED]
     for ax in (held, evaluations, seconds):
         assert [to_hex(bar.get_facecolor()) for bar in ax.patches] == want
-    assert held.get_yscale() == "log" and timeline.get_yscale() == "log"
+    # bars on a linear axis; bytes over time log above one state and 0 on the axis
+    assert held.get_yscale() == "linear" and timeline.get_yscale() == "symlog"
+    assert all("10^" not in t.get_text() for t in timeline.get_yticklabels())
     assert [bar.get_height() for bar in evaluations.patches] == [
         row["forward_steps"] for row in rows
     ]
@@ -549,3 +551,33 @@ def test_a_long_comparison_warns_first_and_shows_progress(monkeypatch, capsys):
 def test_a_short_comparison_says_nothing_on_stderr(capsys):
     assert cli.main(["compare", "--steps", "10", "--snapshots", "2", "--repeats", "1"]) == 0
     assert capsys.readouterr().err == ""
+
+
+# The budget curve started at one slot (500,500 step evaluations at 1000 steps), which
+# took minutes and flattened every other point of the figure.
+def test_the_budget_curve_starts_where_it_is_worth_plotting():
+    costs = schedules.ChainCosts.uniform(1000, 1e-5, 3e-5, 16384, 32768)
+    least = schedules.minimum_bytes(costs)
+    start = cb.worth_plotting(costs, least, 64 * least)
+    store_all = sum(costs.reverse_time)
+
+    def optimal_time(budget):
+        return rm.memory.plan_optimal(costs, budget).predicted_time
+
+    assert least < start < 64 * least
+    assert optimal_time(start) <= cb.WORTH * store_all < optimal_time(int(start / 1.03))
+    below = int(start / 1.03)  # no budget up to it is worth it: the curve starts at least
+    assert cb.worth_plotting(costs, least, below) == least
+    cells = [(start, name) for name in cb.CURVE]
+    assert cb.warn_if_long(cells, costs, runs=4) == pytest.approx(
+        4 * sum(rm.memory.predicted_time(cb.plan_for(n, costs, start), costs) for n in cb.CURVE)
+    )
+
+
+def test_a_long_budget_curve_warns_first(monkeypatch, capsys):
+    monkeypatch.setattr(cb, "WARN_SECONDS", 0.0)
+    argv = ["compare", "--memory", "200KiB", "--steps", "12", "--repeats", "1", "--budgets", "2"]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert "step evaluations to make (6 budget and schedule cells, 2 runs each)" in err[0]
+    assert err[1].startswith("remat: runs 1/12")

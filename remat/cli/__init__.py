@@ -1,7 +1,8 @@
 """The command line: ``remat compare`` and ``remat schedule``.
 
 ``remat compare`` runs one real workload under store_all, sqrt, revolve and
-online checkpointing and prints what each bought and cost, all measured:
+online checkpointing (or the ``--schedules`` given, mixed, periodic and the
+optimal plan among them) and prints what each bought and cost, all measured:
 step evaluations (checked against the binomial optimum), bytes held by the
 tape, the tracemalloc peak, wall time, and the largest difference of each
 gradient from store_all's (which must be exactly zero).  Wall time comes from
@@ -9,8 +10,12 @@ runs made without tracemalloc (which slows allocation down several times),
 repeated with the schedules interleaved, and is their median; memory comes
 from separate runs under tracemalloc.
 
+A comparison predicted to take over ten seconds says so before it starts,
+with its step evaluations, and shows its progress on stderr.
+
 ``remat compare --memory 2MiB`` draws the budget curve instead: for byte
-budgets from the least any plan needs up to the one given, the time of
+budgets from where it is worth plotting (:func:`.curve.worth_plotting`) up to
+the one given, the time of
 revolve with the most slots that fit, of mixed checkpointing with the most
 slots that fit and of the optimal plan (:class:`remat.schedules.Optimal`),
 each measured (the chain's own forward and backward, median of the repeats)
@@ -24,7 +29,8 @@ chain of blocks instead (:mod:`remat.blockwise`): no checkpointing,
 the memory, time, blocks and ops evaluated again and gradient agreement of
 each.
 
-``remat schedule`` prints a schedule's actions and totals and can draw it.
+``remat schedule`` prints a schedule's actions and totals and can draw it:
+any named schedule, the optimal plan under unit costs, and the disk schedules.
 
 Both take ``--format table|csv|json``; json carries every figure measured plus
 the versions of Python, NumPy and remat and a description of the machine.

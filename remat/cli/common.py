@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import re
@@ -240,3 +241,31 @@ def compare_heading(args, description):
         steps=args.steps,
         repeats=args.repeats,
     )
+
+
+def plain_log_ticks(ax):
+    """Tick labels on an axes' log axes as plain numbers (0.05, 2, 300), not 5x10^-2;
+    where an axis spans under two decades, its minor ticks at 2 and 5 are labelled too."""
+    from matplotlib.ticker import FuncFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() != "log":
+            continue
+
+        def minor(value, _, axis=axis):
+            low, high = sorted(axis.get_view_interval())
+            if low <= 0 or high / low > 100:
+                return ""
+            mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9), 6)
+            return f"{value:g}" if mantissa in (2, 5) else ""
+
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(FuncFormatter(minor))
+
+
+def plain_symlog_ticks(ax):
+    """The y axis of a symlog plot labelled with plain numbers at 0 and the decades."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())

@@ -1,6 +1,7 @@
 """``remat compare --memory 2MiB``: the budget curve.
 
-For byte budgets from the least any plan needs up to the one given: the time
+For byte budgets from where the curve is worth plotting (the optimal plan
+predicted at most :data:`WORTH` times store-all's time) up to the one given: the time
 of revolve and of mixed checkpointing with the most slots that fit, and of the
 optimal plan (:class:`remat.schedules.Optimal`), each measured (the chain's
 own forward and backward, median of the repeats) beside what the plan
@@ -26,12 +27,15 @@ from .common import (
     environment,
     in_unit,
     max_diff,
+    plain_log_ticks,
     progress,
     write_csv,
     write_json,
 )
+from .table import WARN_SECONDS
 
 CURVE = ("revolve", "mixed", "optimal")  # remat compare --memory: one curve each
+WORTH = 4.0  # the curve starts where the optimal plan takes at most this x store-all's time
 
 
 def measured_costs(workload_name, steps, memory):
@@ -50,12 +54,61 @@ def curve_budgets(least, most, count):
     return sorted({int(least * ratio ** (k / (count - 1))) for k in range(count)} | {most})
 
 
+def plan_for(name, costs, budget):
+    """The plan ``Tape(memory=budget)`` runs for schedule ``name`` under ``costs``
+    (ValueError: revolve or mixed with not even one slot)."""
+    if name == "optimal":
+        return M.plan_optimal(costs, budget)
+    return M.fitting_slots(name, costs, budget)
+
+
+def worth_plotting(costs, least, most):
+    """The least budget from which the curve is worth drawing: where the optimal
+    plan is predicted to take at most :data:`WORTH` times store-all's time (below
+    it the time grows like n^2 / slots: one slot over 1000 steps is 500,500 step
+    evaluations), found by bisection on a log scale; ``least`` if ``most`` is below."""
+    store_all = sum(costs.reverse_time)
+
+    def worth(budget):
+        return M.plan_optimal(costs, budget).predicted_time <= WORTH * store_all
+
+    if worth(least) or not worth(most):
+        return least
+    lo, hi = least, most  # worth(hi) and not worth(lo)
+    while hi > lo * 1.02 and hi - lo > 1:
+        mid = int((lo * hi) ** 0.5)
+        lo, hi = (lo, mid) if worth(mid) else (mid, hi)
+    return hi
+
+
+def warn_if_long(cells, costs, runs, out=None):
+    """Say on stderr, before the runs, how many step evaluations the curve makes and
+    the time the plans predict for them, when that is over ``table.WARN_SECONDS``."""
+    total, seconds = 0, 0.0
+    for budget, name in cells:
+        try:
+            plan = plan_for(name, costs, budget)
+        except ValueError:  # not even one slot: not run
+            continue
+        total += runs * S.simulate(plan).forward_steps
+        seconds += runs * M.predicted_time(plan, costs)
+    if seconds > WARN_SECONDS:
+        print(
+            f"remat compare: {total} step evaluations to make ({len(cells)} budget and schedule "
+            f"cells, {runs} runs each), about {seconds:.0f} s as planned; a larger least "
+            "budget (fewer --budgets, a larger --memory) or fewer --steps take less",
+            file=out or sys.stderr,
+        )
+    return seconds
+
+
 def _curve_tape(name, budget):
     return Tape(memory=budget, schedule=None if name == "optimal" else name)
 
 
 def measure_curve(workload_name, steps, memory, count=5, repeats=3):
-    """Rows of the budget curve: every budget, every schedule of :data:`CURVE`.
+    """Rows of the budget curve: every budget, every schedule of :data:`CURVE`; the
+    measured costs; and the budget the curve starts at (:func:`worth_plotting`).
 
     Each (budget, schedule) is planned once (it measures the workload), then
     run ``repeats`` times without tracemalloc, budgets and schedules
@@ -70,11 +123,12 @@ def measure_curve(workload_name, steps, memory, count=5, repeats=3):
             f"the least any plan needs is {least} bytes ({format_bytes(least)})"
         )
     reference = make_workload(workload_name, steps=steps).loss_and_gradients(Tape())[1]
-    budgets = curve_budgets(least, memory, count)
+    start = worth_plotting(costs, least, memory)
+    budgets = curve_budgets(start, memory, count)
     cells = [(b, name) for b in budgets for name in CURVE]
     rows, seconds = {}, {cell: [] for cell in cells}
-    total = len(cells) * (repeats + 1)
-    runs = iter(progress(range(total), "runs"))
+    long = warn_if_long(cells, costs, repeats + 1) > WARN_SECONDS
+    runs = iter(progress(range(len(cells) * (repeats + 1)), "runs", force=long))
     M.clear_plans()
     for round_ in range(repeats + 1):  # round 0 plans (measures): not timed
         for budget, name in cells:
@@ -117,7 +171,7 @@ def measure_curve(workload_name, steps, memory, count=5, repeats=3):
             row["seconds_runs"] = seconds[cell]
             row["ratio"] = row["seconds"] / row["predicted_seconds"]
         out.append(row)
-    return out, costs
+    return out, costs, start
 
 
 CURVE_PUBLIC = (
@@ -150,7 +204,7 @@ def _check_curve(rows):
 
 def compare_memory(args, out):
     count = 5 if args.budgets is None else args.budgets
-    rows, costs = measure_curve(args.workload, args.steps, args.memory, count, args.repeats)
+    rows, costs, start = measure_curve(args.workload, args.steps, args.memory, count, args.repeats)
     failures = _check_curve(rows)
     description = make_workload(args.workload, steps=1).description
     if args.plot:
@@ -162,7 +216,10 @@ def compare_memory(args, out):
                 **compare_heading(args, description),
                 memory=args.memory,
                 least_bytes=S.minimum_bytes(costs),
+                start_bytes=start,
+                worth=WORTH,
                 store_all_model_bytes=sum(costs.tape_bytes),
+                store_all_predicted_seconds=sum(costs.reverse_time),
                 method=(
                     "seconds: median over the repeats of tape.stats.seconds (the chain's own "
                     "forward and backward), without tracemalloc, budgets and schedules "
@@ -188,7 +245,8 @@ def compare_memory(args, out):
             f"measured: one step forward {costs.forward_time[0] * 1e3:.3f} ms, taped and "
             f"reversed {costs.reverse_time[0] * 1e3:.3f} ms, state {costs.state_bytes[0]} B, "
             f"tape {costs.tape_bytes[0]} B (step 0); least budget "
-            f"{format_bytes(S.minimum_bytes(costs))}",
+            f"{format_bytes(S.minimum_bytes(costs))}, the curve from {format_bytes(start)} "
+            f"(where the optimal plan takes at most {WORTH:g}x store-all's time)",
             "",
             f"{'budget ' + budget[0]:>10} {'schedule':<8} {'slots':>5} {'forward':>7} "
             f"{'held ' + held[0]:>9} "
@@ -238,8 +296,10 @@ def _curve_figure(rows, args):
             label=f"{name}, predicted",
         )
     ax.set_xscale("log")
+    ax.set_yscale("log")  # the least budgets take many times the largest's
+    plain_log_ticks(ax)
     ax.set_xlabel("budget (MiB, log)")
-    ax.set_ylabel("forward + backward of the chain (s)")
+    ax.set_ylabel("forward + backward of the chain (s, log)")
     ax.legend(fontsize=8, frameon=False)
     ax.set_title(f"remat compare --memory: {args.workload}, {args.steps} steps", fontsize=10)
     fig.tight_layout()

@@ -25,6 +25,7 @@ from .common import (
     environment,
     in_unit,
     max_diff,
+    plain_symlog_ticks,
     progress,
     write_csv,
     write_json,
@@ -337,8 +338,10 @@ def _compare_figure(rows, args):
         "kD",
         label="tracemalloc peak of the run",
     )
-    held.set_yscale("log")
-    held.set_ylabel("peak MiB (log)")
+    held.set_ylim(
+        0, 1.15 * max(max(r["tape_peak_bytes"], r["traced_peak_bytes"]) for r in rows) / MiB
+    )
+    held.set_ylabel("peak MiB")
     held.legend(fontsize=8, frameon=False, loc="upper right")
     held.set_title("bars: held by the loop (tape.stats.peak_bytes)", fontsize=9)
     evaluations.bar(names, [r["forward_steps"] for r in rows], color=colors)
@@ -357,15 +360,25 @@ def _compare_figure(rows, args):
     evaluations.set_ylabel("step evaluations")
     evaluations.set_ylim(0, 1.2 * max(r["forward_steps"] for r in rows))
     evaluations.legend(fontsize=8, frameon=False, loc="upper left")
-    seconds.bar(names, [r["seconds"] for r in rows], color=colors)
+    medians = [r["seconds"] for r in rows]
+    spread = [
+        [m - r["seconds_min"] for m, r in zip(medians, rows)],
+        [r["seconds_max"] - m for m, r in zip(medians, rows)],
+    ]  # fastest to slowest run: bars whose ranges overlap differ by no more than noise
+    seconds.bar(names, medians, color=colors, yerr=spread, capsize=4, ecolor="black")
     seconds.set_ylabel("wall time (s), forward + backward")
-    seconds.set_title(f"median of {args.repeats} runs without tracemalloc", fontsize=9)
+    seconds.set_title(
+        f"median of {args.repeats} runs without tracemalloc; whiskers: fastest to slowest",
+        fontsize=9,
+    )
     for row in rows:
         memory_timeline(
             row["tape"], ax=timeline, label=row["schedule"], color=COLORS[row["schedule"]]
         )
-    timeline.set_yscale("log")
-    timeline.set_ylabel("MiB held by the loop (log)")
+    # log above one state, linear below it: a loop that holds nothing stays on the axis
+    timeline.set_yscale("symlog", linthresh=rows[0]["state_bytes"] / MiB)
+    plain_symlog_ticks(timeline)
+    timeline.set_ylabel("MiB held by the loop (log above one state)")
     timeline.set_title("held over the run (a traced run)", fontsize=9)
     fig.suptitle(f"remat compare: {args.workload}, {args.steps} steps, {args.snapshots} snapshots")
     fig.tight_layout()
