@@ -138,7 +138,7 @@ def build_parser():
         "--budgets",
         type=count_option("--budgets", 1, 100),
         help="with --memory: how many budgets on the curve (spaced evenly on a log scale "
-        "from the least a plan needs up to --memory; default 5)",
+        "from where the curve is worth plotting up to --memory; default 5)",
     )
     output_options(compare, "a figure of memory, step evaluations and time")
     schedule = commands.add_parser(
