@@ -533,13 +533,14 @@ class Recorder:
     def draw(self, expand_loops: bool = False, max_actions: int = 12) -> Any:
         """:meth:`to_dot` as a ``graphviz.Source`` (shown as a picture in Jupyter; call
         ``.render()`` to write a file).  Needs the optional ``graphviz`` package
-        (``pip install graphviz``) and the Graphviz programs."""
+        (``pip install "remat[graph]"``) and the Graphviz programs (``apt install graphviz``,
+        ``brew install graphviz``, ...)."""
         try:
             import graphviz
         except ImportError:
             raise ImportError(
-                "tape.draw() needs the graphviz package (pip install graphviz, and the Graphviz "
-                "programs); tape.to_dot() gives the DOT text without it"
+                "tape.draw() needs the graphviz package (pip install 'remat[graph]', and the "
+                "Graphviz programs); tape.to_dot() gives the DOT text without it"
             ) from None
         return graphviz.Source(self.to_dot(expand_loops, max_actions))
 

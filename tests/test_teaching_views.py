@@ -163,7 +163,7 @@ def test_dot_text_is_accepted_by_graphviz(tmp_path):
 def test_draw_needs_the_optional_graphviz_package(monkeypatch):
     tape, _, _ = small_graph()
     monkeypatch.setitem(sys.modules, "graphviz", None)  # import graphviz fails
-    with pytest.raises(ImportError, match="pip install graphviz.*to_dot"):
+    with pytest.raises(ImportError, match=r"pip install 'remat\[graph\]'.*to_dot"):
         tape.draw()
 
 
