@@ -563,7 +563,10 @@ def _input_name(node, number):
     if type(node) is StandIn:
         return f"input {_shape_text(node.shape)}"
     if isinstance(node, Leaf):
-        return f"leaf {_shape_text(node.shape)}"
+        name = getattr(node.tensor(), "_name", None)  # rm.tensor(..., name=)
+        return (
+            f"{name}: leaf {_shape_text(node.shape)}" if name else f"leaf {_shape_text(node.shape)}"
+        )
     k = number.get(id(node))
     return f"#{k}" if k is not None else f"outside: {node.op.name} {_shape_text(node.shape)}"
 

@@ -52,7 +52,7 @@ class Tensor:
     ((1, 2), dtype('float64'), 'cpu', True, False)
     """
 
-    __slots__ = ("_data", "grad", "node", "__weakref__")
+    __slots__ = ("_data", "grad", "node", "_name", "__weakref__")  # _name: set by rm.tensor
     _data: Array
     grad: Array | None
     """The gradient backward() accumulated into this leaf (a backend array), or None."""
@@ -186,6 +186,12 @@ class Tensor:
         self.node = Leaf(self) if flag else None
 
     @property
+    def name(self) -> str | None:
+        """The name given by ``rm.tensor(..., name=)``, which ``print(tape)`` and
+        ``tape.to_dot()`` show for a leaf; None if none was given."""
+        return getattr(self, "_name", None)  # (unset on most tensors: no cost to make them)
+
+    @property
     def record(self) -> Record | None:
         """The record of the op that made this tensor, or None for a leaf/constant."""
         return self.node if type(self.node) is Record else None
@@ -277,6 +283,8 @@ class Tensor:
             copied.node = node  # a loop step's value stays the step's
         if self.grad is not None:
             copied.grad = backend.copy(self.grad)
+        if self.name is not None:
+            copied._name = self.name
         memo[id(self)] = copied
         return copied
 
@@ -439,12 +447,14 @@ def tensor(
     requires_grad: bool = False,
     dtype: DTypeLike | None = None,
     device: str | None = None,
+    name: str | None = None,
 ) -> Tensor:
     """A new Tensor holding a copy of ``data`` (list, scalar, NumPy or CuPy array, Tensor).
 
     ``requires_grad=True`` makes it a leaf whose gradient backward() fills in;
     it needs a floating-point dtype.  ``device`` is "cpu" or "cuda" (default:
-    where ``data`` is; the CPU for lists and scalars).
+    where ``data`` is; the CPU for lists and scalars).  ``name`` labels a leaf
+    in ``print(tape)`` and ``tape.to_dot()`` (``t.name``).
 
     >>> import remat as rm
     >>> rm.tensor([1, 2, 3])
@@ -456,10 +466,15 @@ def tensor(
     if isinstance(data, Tensor):
         data = data._data
     _refuse_tensors_inside(data)
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"rm.tensor: name must be a string, got {name!r}")
     array = backend.asarray(data, dtype=dtype, device=device)
     if requires_grad:
         _check_differentiable_dtype(array.dtype)
-    return Tensor._wrap(array, requires_grad=requires_grad)
+    t = Tensor._wrap(array, requires_grad=requires_grad)
+    if name is not None:
+        t._name = name
+    return t
 
 
 def _refuse_tensors_inside(data):

@@ -261,3 +261,27 @@ def test_to_dot_expands_a_loop_into_its_box():
 def test_docstring_examples():
     result = doctest.testmod(rm.tape)
     assert result.attempted > 0 and result.failed == 0
+
+
+# --- names ------------------------------------------------------------------------------
+
+
+# Two leaves of one shape were both "leaf 3" in to_dot(): tensors could not be named.
+def test_named_leaves_show_their_names_in_print_and_to_dot():
+    W = rm.tensor(np.ones((3, 3)), requires_grad=True, name="W")
+    V = rm.tensor(np.ones((3, 3)), requires_grad=True, name="V")
+    x = rm.tensor(np.ones((2, 3)), requires_grad=True)
+    with rm.Tape() as tape:
+        loss = (x @ W @ V).sum()
+    assert (W.name, V.name, x.name, loss.name) == ("W", "V", None, None)
+    lines = record_lines(tape)
+    assert lines[0].endswith("inputs: leaf 2x3, W: leaf 3x3")
+    assert lines[1].endswith("inputs: #1, V: leaf 3x3")
+    nodes, _ = parse_dot(tape.to_dot())
+    ellipses = sorted(label[0] for shape, label in nodes.values() if shape == "ellipse")
+    assert ellipses == ["V: leaf 3x3", "W: leaf 3x3", "leaf 2x3"]
+    import copy
+
+    assert copy.deepcopy(W).name == "W" and copy.copy(W).name == "W"
+    with pytest.raises(TypeError, match="name must be a string, got 3"):
+        rm.tensor(1.0, name=3)
