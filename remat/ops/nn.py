@@ -29,6 +29,7 @@ from .core import (
 from .index import getitem
 from .reduce import _logsumexp, mean
 from .reduce import sum as _sum
+from .shape import astype
 
 if TYPE_CHECKING:
     from ..typing import TensorLike
@@ -361,6 +362,11 @@ def layer_norm(
                     f"{tuple(x.shape[a] for a in range(axes[0], x.ndim))})"
                 )
         inputs.append(value)
+    wide = xp.result_type(*(t.dtype for t in inputs if t is not None))
+    if x.dtype != wide and backend.is_floating(wide):
+        # x32 with a float64 weight: normalise in float64, as NumPy computes x32 * w64; the
+        # gradient comes back to float32 at the cast
+        inputs[0] = astype(x, wide)
     return apply(LAYER_NORM, inputs, {"axes": axes, "eps": eps})
 
 
