@@ -180,12 +180,14 @@ def _gelu_u(x):
 
 
 def _gelu(x):
-    out, u = _gelu_u(x)
-    xp.negative(u, out=u)
-    with xp.errstate(over="ignore"):  # exp(-u) = inf below x = -19.6: gelu is -0.0 there
+    # overflows are part of the formula: x * x = inf beyond 1e154 (u = inf, sigmoid(u) = 1),
+    # exp(-u) = inf below x = -19.6 (gelu = -0.0)
+    with xp.errstate(over="ignore"):
+        out, u = _gelu_u(x)
+        xp.negative(u, out=u)
         xp.exp(u, out=u)
-    u += 1.0
-    return xp.divide(x, u, out=out)  # x / (1 + exp(-u)) = x sigmoid(u)
+        u += 1.0
+        return xp.divide(x, u, out=out)  # x / (1 + exp(-u)) = x sigmoid(u)
 
 
 def _finite_bound(dtype):
@@ -213,17 +215,18 @@ def _gelu_slope(x):
     e (u' x + 1 + e) / (1 + e)^2 below.  u' x is clipped to a finite bound: where
     it would overflow, e is 0 and the slope exactly 1 or 0.
     """
-    ux, e = _gelu_u(x)
+    with xp.errstate(over="ignore"):  # x * x and u' x beyond 1e102: clipped below
+        ux, e = _gelu_u(x)
+        ux *= 3.0 * _GELU_A
+        ux += 1.0
+        ux *= 2.0 * _GELU_C
+        ux *= x
     xp.abs(e, out=e)
     xp.negative(e, out=e)
     xp.exp(e, out=e)  # e = exp(-|u|)
-    ux *= 3.0 * _GELU_A
-    ux += 1.0
-    ux *= 2.0 * _GELU_C
-    ux *= x
     big = _finite_bound(ux.dtype)
     xp.clip(ux, -big, big, out=ux)  # u' x
-    mask = xp.asarray(xp.less(x, 0))  # one mask, x < 0 then x >= 0 (NaN: there)
+    mask = xp.asarray(xp.less(x, 0))  # one mask: x < 0, then x >= 0 (NaN goes with the latter)
     xp.add(ux, 1.0, out=ux, where=mask)
     xp.add(ux, e, out=ux, where=mask)
     ux *= e  # (u' x + 1 + e) e for x < 0, u' x e elsewhere
