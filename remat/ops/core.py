@@ -141,6 +141,18 @@ class Variadic:
         return lambda ns, g, ans, *args, **kw: rule(i, ns, g, ans, *args, **kw)
 
 
+def promoted(ns: Any, *arrays: Any) -> tuple[Any, ...]:
+    """``arrays`` (arrays, or Tensors in a differentiated backward) in their common dtype.
+
+    NumPy computes ``x32 ** y64`` in float64; a rule that reads its operands
+    promotes them first, so that it differentiates in that dtype too (the
+    cotangent is rounded to an input's own dtype only where it reaches it).
+    float32 -> float64 is exact, so this changes nothing for one dtype.
+    """
+    dtype = xp.result_type(*(a.dtype for a in arrays))
+    return tuple(a if a.dtype == dtype else ns.astype(a, dtype) for a in arrays)
+
+
 def as_tensor(value: TensorLike) -> Tensor:
     """A Tensor for any operand: Tensors pass through, arrays and lists are copied,
     and a (nested) list holding Tensors is stacked, so that their gradients flow."""

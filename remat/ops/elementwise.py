@@ -19,6 +19,7 @@ from .core import (
     defop,
     make_binary,
     make_unary,
+    promoted,
     unary,
     xp,
 )
@@ -167,6 +168,7 @@ def _power_vjp_base(ns, g, ans, x, y):
         if y == 0:
             return g * 0.0  # x ** 0 is constant, also at x = 0 (where x ** -1 is inf)
         return g * y * x ** (y - 1)
+    x, y = promoted(ns, x, y)  # x64 ** y32: y - 1 in float64, as the forward computes
     # where y == 0 the derivative is 0: x ** 1 keeps 0 * inf out of the product
     return g * y * x ** ns.where(y == 0, 1.0, y - 1)
 
@@ -179,6 +181,8 @@ def _power_vjp_exponent(ns, g, ans, x, y):
         if x == 0:
             return g * ns.where(ans > 1, -math.inf, 0.0)
         return g * ans * math.log(x)
+    if x.dtype != ans.dtype:  # x32 ** y64: log(x) in float64, the forward's dtype
+        x = ns.astype(x, ans.dtype)
     zero = x == 0
     at_zero = ns.where(ans > 1, -math.inf, 0.0)
     elsewhere = ns.where(zero, 1.0, ans) * ns.log(ns.where(zero, 1.0, x))  # no 0 * inf here

@@ -26,16 +26,28 @@ from .core import (
     unary,
     xp,
 )
+from .elementwise import abs as absolute
+from .elementwise import clip, exp, where
 from .index import getitem
-from .reduce import _logsumexp, mean
+from .reduce import mean
 from .reduce import sum as _sum
+from .shape import astype
 
 if TYPE_CHECKING:
     from ..typing import TensorLike
 
 
 def _sigmoid(x):
-    return 0.5 * (1.0 + xp.tanh(0.5 * x))  # = 1 / (1 + exp(-x)), without overflow
+    """1 / (1 + exp(-x)) for x >= 0 and exp(x) / (1 + exp(x)) below, both from
+    e = exp(-|x|) in (0, 1]: no overflow, and no cancellation, so the relative error
+    is an ulp or two everywhere (0.5 (1 + tanh(x / 2)) lost every digit below -37)."""
+    e = _scratch(xp.abs(x))
+    xp.negative(e, out=e)
+    xp.exp(e, out=e)
+    d = e + 1.0
+    xp.copyto(e, 1.0, where=x >= 0)  # the numerator: 1, or exp(x) for x < 0
+    e /= d
+    return e
 
 
 def _scratch(a):
@@ -71,9 +83,14 @@ def _softmax_vjp(ns, g, ans, x, axis):
 
 
 def _log_softmax(x, axis=-1):
+    """(x - top) - log(sum(exp(x - top))), top the largest element: not x - logsumexp(x),
+    whose difference rounds to an ulp of the logsumexp (0 for [1e308, 1e308, 0])."""
     if x.shape[axis] == 0:
         return x.copy()
-    return x - _logsumexp(x, axis=axis, keepdims=True)
+    top = xp.max(x, axis=axis, keepdims=True)
+    out = _scratch(x - xp.where(xp.isfinite(top), top, 0))
+    out -= xp.log(xp.sum(xp.exp(out), axis=axis, keepdims=True))
+    return out
 
 
 SIGMOID = defop(
@@ -145,21 +162,36 @@ def log_softmax(x: TensorLike, axis: int = -1) -> Tensor:
 
 
 # --- GELU ---------------------------------------------------------------------------
+# 0.5 (1 + tanh(u / 2)) is sigmoid(u), so gelu(x) = x sigmoid(u) with u = 2 c (x + a x^3):
+# written so, neither the value nor the slope subtracts nearly equal numbers (1 + tanh
+# lost every digit of gelu below x = -10, and 1 - tanh^2 those of the slope's small part).
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
 
 
+def _gelu_u(x):
+    """(x * x, u) in two new arrays of x's size (x * x for the caller to reuse)."""
+    x2 = _scratch(x * x)
+    u = _scratch(x2 * _GELU_A)
+    u += 1.0
+    u *= x
+    u *= 2.0 * _GELU_C
+    return x2, u
+
+
 def _gelu(x):
-    out = _scratch(x * x)  # 0.5 x (1 + tanh(c (x + a x^3))), in one array worked in place
-    out *= _GELU_A
-    out += 1.0
-    out *= x
-    out *= _GELU_C
-    xp.tanh(out, out=out)
-    out += 1.0
-    out *= x
-    out *= 0.5
-    return out
+    # overflows are part of the formula: x * x = inf beyond 1e154 (u = inf, sigmoid(u) = 1),
+    # exp(-u) = inf below x = -19.6 (gelu = -0.0)
+    with xp.errstate(over="ignore"):
+        out, u = _gelu_u(x)
+        xp.negative(u, out=u)
+        xp.exp(u, out=u)
+        u += 1.0
+        return xp.divide(x, u, out=out)  # x / (1 + exp(-u)) = x sigmoid(u)
+
+
+def _finite_bound(dtype):
+    return float(xp.finfo(dtype).max) / 4
 
 
 def _gelu_vjp(ns, g, ans, x):
@@ -167,34 +199,43 @@ def _gelu_vjp(ns, g, ans, x):
         return _times(_gelu_slope(x), g)
     # a backward (or tangent) being differentiated: Tensor ops, recorded, in the order
     # of _gelu_slope's, so that the values are its bits
-    s = ((x * x) * (3.0 * _GELU_A) + 1.0) * (0.5 * _GELU_C) * x
-    one_minus_t = 1.0 - ns.tanh(((x * x) * _GELU_A + 1.0) * x * _GELU_C)
-    return (2.0 - one_minus_t) * (s * one_minus_t + 0.5) * g
+    x2 = x * x
+    e = exp(-absolute(((x2 * _GELU_A + 1.0) * x) * (2.0 * _GELU_C)))
+    big = _finite_bound(x.dtype)
+    ux = clip(((x2 * (3.0 * _GELU_A) + 1.0) * (2.0 * _GELU_C)) * x, -big, big)
+    d = e + 1.0
+    return where(x < 0, ((ux + 1.0) + e) * e, ux * e + d) / d / d * g
 
 
 def _gelu_slope(x):
     """d gelu / dx on an array, in two arrays of x's size worked in place.
 
-    With t = tanh(c (x + a x^3)) and s = 0.5 x c (1 + 3 a x^2) the slope
-    0.5 (1 + t) + s (1 - t^2) is (1 + t) (0.5 + s (1 - t)).
+    With s = sigmoid(u), e = exp(-|u|) and u' = 2 c (1 + 3 a x^2), the slope
+    s (1 + (1 - s) u' x) is (1 + e + u' x e) / (1 + e)^2 for x >= 0 and
+    e (u' x + 1 + e) / (1 + e)^2 below.  u' x is clipped to a finite bound: where
+    it would overflow, e is 0 and the slope exactly 1 or 0.
     """
-    s = _scratch(x * x)
-    s *= 3.0 * _GELU_A
-    s += 1.0
-    s *= 0.5 * _GELU_C
-    s *= x  # s = 0.5 x c (1 + 3 a x^2)
-    t = _scratch(x * x)
-    t *= _GELU_A
-    t += 1.0
-    t *= x
-    t *= _GELU_C
-    xp.tanh(t, out=t)
-    xp.subtract(1.0, t, out=t)  # 1 - t
-    s *= t
-    s += 0.5  # 0.5 + s (1 - t)
-    xp.subtract(2.0, t, out=t)  # 1 + t
-    t *= s
-    return t
+    with xp.errstate(over="ignore"):  # x * x and u' x beyond 1e102: clipped below
+        ux, e = _gelu_u(x)
+        ux *= 3.0 * _GELU_A
+        ux += 1.0
+        ux *= 2.0 * _GELU_C
+        ux *= x
+    xp.abs(e, out=e)
+    xp.negative(e, out=e)
+    xp.exp(e, out=e)  # e = exp(-|u|)
+    big = _finite_bound(ux.dtype)
+    xp.clip(ux, -big, big, out=ux)  # u' x
+    mask = xp.asarray(xp.less(x, 0))  # one mask: x < 0, then x >= 0 (NaN goes with the latter)
+    xp.add(ux, 1.0, out=ux, where=mask)
+    xp.add(ux, e, out=ux, where=mask)
+    ux *= e  # (u' x + 1 + e) e for x < 0, u' x e elsewhere
+    xp.logical_not(mask, out=mask)
+    e += 1.0
+    xp.add(ux, e, out=ux, where=mask)
+    ux /= e
+    ux /= e
+    return ux
 
 
 GELU = defop("gelu", _gelu, _gelu_vjp, needs=("0",), jvps=SELF_ADJOINT)
@@ -361,6 +402,11 @@ def layer_norm(
                     f"{tuple(x.shape[a] for a in range(axes[0], x.ndim))})"
                 )
         inputs.append(value)
+    wide = xp.result_type(*(t.dtype for t in inputs if t is not None))
+    if x.dtype != wide and backend.is_floating(wide):
+        # x32 with a float64 weight: normalise in float64, as NumPy computes x32 * w64; the
+        # gradient comes back to float32 at the cast
+        inputs[0] = astype(x, wide)
     return apply(LAYER_NORM, inputs, {"axes": axes, "eps": eps})
 
 

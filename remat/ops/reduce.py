@@ -65,9 +65,21 @@ def _logsumexp(x, axis=None, keepdims=False):
     return out if keepdims else xp.squeeze(out, axis=axis)
 
 
+def _softmax_weights(ns, x, axis):
+    """softmax(x) over ``axis``, the derivative of logsumexp: exp(x - top) / sum, with
+    top the largest element, a constant (any constant gives the same function).
+
+    Not exp(x - logsumexp(x)): that difference rounds to an ulp of the logsumexp, so
+    [1e308, 1e308, 0] weighed 1 each (not 1/2), and rows of large values lost digits.
+    """
+    data = x if backend.is_array(x) else x._data  # Tensors in a differentiated backward
+    top = xp.max(data, axis=axis, keepdims=True) if data.size else xp.zeros(())
+    e = ns.exp(x - xp.where(xp.isfinite(top), top, 0))
+    return e / ns.sum(e, axis=axis, keepdims=True)
+
+
 def _logsumexp_vjp(ns, g, ans, x, axis, keepdims, shape):
-    kept = kept_axes(ns, ans, axis, keepdims, shape)
-    return kept_axes(ns, g, axis, keepdims, shape) * ns.exp(x - kept)
+    return kept_axes(ns, g, axis, keepdims, shape) * _softmax_weights(ns, x, axis)
 
 
 def _sum_jvp(ns, t, ans, x, axis, keepdims, shape):
@@ -86,15 +98,14 @@ def _extreme_jvp(ns, t, ans, x, axis, keepdims, shape):
 
 
 def _logsumexp_jvp(ns, t, ans, x, axis, keepdims, shape):
-    weights = ns.exp(x - kept_axes(ns, ans, axis, keepdims, shape))  # softmax of x
-    return ns.sum(t * weights, axis=axis, keepdims=keepdims)
+    return ns.sum(t * _softmax_weights(ns, x, axis), axis=axis, keepdims=keepdims)
 
 
 SUM = defop("sum", xp.sum, _sum_vjp, needs=("",), jvps=(_sum_jvp,))
 MEAN = defop("mean", xp.mean, _mean_vjp, needs=("",), jvps=(_mean_jvp,))
 MAX = defop("max", xp.max, _extreme_vjp, needs=("0a",), jvps=(_extreme_jvp,))
 MIN = defop("min", xp.min, _extreme_vjp, needs=("0a",), jvps=(_extreme_jvp,))
-LOGSUMEXP = defop("logsumexp", _logsumexp, _logsumexp_vjp, needs=("0a",), jvps=(_logsumexp_jvp,))
+LOGSUMEXP = defop("logsumexp", _logsumexp, _logsumexp_vjp, needs=("0",), jvps=(_logsumexp_jvp,))
 
 
 def _reduce(op, x, axis, keepdims):
