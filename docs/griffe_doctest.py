@@ -32,3 +32,6 @@ class DoctestBlocks(griffe.Extension):
     def on_object(self, *, obj, **kwargs) -> None:
         if obj.docstring is not None and ">>>" in obj.docstring.value:
             obj.docstring.value = fence_doctests(obj.docstring.value)
+
+    def on_package(self, *, pkg, **kwargs) -> None:  # the top package: not an on_object
+        self.on_object(obj=pkg)
