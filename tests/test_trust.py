@@ -8,6 +8,7 @@ argnums, values escaping a loop step, and reference cycles.
 import contextvars
 import gc
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -424,6 +425,121 @@ def test_a_complex_gradient_for_a_real_leaf_is_refused():
         (x * (1 + 2j)).sum().backward()
 
 
+def leaf_backward(f, grad=None):
+    x = rm.tensor([1.0, 2.0], requires_grad=True)
+    f(x).backward(grad)
+    return x.grad
+
+
+def optimizer_step(kind):
+    p = rm.tensor([1.0, 2.0], requires_grad=True)
+    p.grad = np.array([1j, 1.0])
+    kind([p], lr=0.1).step()
+
+
+def in_place(t, update):
+    update(t)
+    return t
+
+
+def in_place_under_no_grad(t, update):
+    with rm.no_grad():
+        update(t)
+
+
+REAL = np.array([1.0, 2.0])
+IMAGINARY = np.array([1j, 1.0])
+ROTATE = 1.0 + 1.0j
+
+
+def add_complex(t):
+    t += IMAGINARY
+
+
+def multiply_complex(t):
+    t *= 1j
+
+
+def add_a_fraction(t):
+    t += 0.5
+
+
+# each entry point that cast a complex value to real (dropping its imaginary part with at most
+# a ComplexWarning) or carried it as a constant (a zero gradient or tangent), or refused without
+# naming its shape
+COMPLEX_ENTRY_POINTS = {
+    "backward's grad": lambda: leaf_backward(lambda x: x * 3.0, IMAGINARY),
+    "backward's grad, a Tensor": lambda: leaf_backward(lambda x: x * 3.0, rm.tensor(IMAGINARY)),
+    "rm.jvp's tangent": lambda: rm.jvp(lambda x: x * 2.0, (REAL,), (IMAGINARY,)),
+    "rm.jvp's tangent of a primal that requires grad": lambda: rm.jvp(
+        lambda x: x * 2.0, (rm.tensor(REAL, requires_grad=True),), (IMAGINARY,)
+    ),
+    "rm.hvp's tangent": lambda: rm.hvp(lambda x: (x * x).sum(), (REAL,), (IMAGINARY,)),
+    "rm.jvp's output tangent": lambda: rm.jvp(lambda x: rm.abs(x * ROTATE), (REAL,), (REAL,)),
+    "rm.jvp's output tangent, through a loop": lambda: rm.jvp(
+        lambda x: rm.Tape(snapshots=2).loop(lambda h: rm.abs(h * ROTATE), x, steps=3),
+        (REAL,),
+        (REAL,),
+    ),
+    "rm.jvp's output tangent, inside rm.grad": lambda: rm.grad(
+        lambda x: rm.jvp(lambda u: rm.abs(u * ROTATE), (x,), (REAL,))[1].sum()
+    )(REAL),
+    "rm.grad of rm.grad": lambda: rm.grad(
+        lambda x: rm.grad(lambda u: rm.abs(u * ROTATE).sum())(x).sum()
+    )(REAL),
+    "gradcheck's input": lambda: rm.gradcheck(lambda x: (x * x).sum(), IMAGINARY),
+    "SGD's .grad": lambda: optimizer_step(rm.optim.SGD),
+    "Adam's .grad": lambda: optimizer_step(rm.optim.Adam),
+    "t += complex": lambda: in_place(rm.tensor(REAL), add_complex),
+    "t *= 1j": lambda: in_place(rm.tensor(REAL), multiply_complex),
+    "p += complex under no_grad": lambda: in_place_under_no_grad(
+        rm.tensor(REAL, requires_grad=True), add_complex
+    ),
+    "int t += 0.5": lambda: in_place(rm.tensor([1, 2]), add_a_fraction),
+    "tape.loop's initial state": lambda: rm.Tape(snapshots=2).loop(
+        lambda h: h * 2.0, rm.tensor(IMAGINARY), steps=3
+    ),
+    "a chain's state, under rm.jvp": lambda: rm.jvp(
+        lambda x: rm.Tape(snapshots=2).chain([lambda h: h * ROTATE, rm.abs], x), (REAL,), (REAL,)
+    ),
+    "a scan's ys": lambda: leaf_backward(
+        lambda x: rm.abs(
+            rm.Tape(snapshots=2).scan(lambda c, xi: (c * xi, c * ROTATE), x, rm.ones((3, 2)))[1]
+        ).sum()
+    ),
+    "rm.checkpoint's result": lambda: leaf_backward(
+        lambda x: rm.abs(rm.checkpoint(lambda h: h * ROTATE)(x)).sum()
+    ),
+    "rm.checkpoint's argument": lambda: leaf_backward(
+        lambda x: rm.checkpoint(lambda h: rm.abs(h * h))(x * ROTATE).sum()
+    ),
+}
+
+
+# a complex value for a real one is refused at once, naming where, its dtype and its shape
+@pytest.mark.parametrize("entry", sorted(COMPLEX_ENTRY_POINTS))
+def test_a_complex_value_is_never_cast_to_real_silently(entry):
+    dtype = "float64" if entry.startswith("int") else "complex128"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NumPy's ComplexWarning is no refusal
+        with pytest.raises(
+            (rm.DTypeError, rm.BackwardError), match=rf"(?s)(?=.*{dtype})(?=.*\(2,\))"
+        ):
+            COMPLEX_ENTRY_POINTS[entry]()
+
+
+# complex values the user keeps as constants, where nothing is cast, stay allowed
+def test_complex_constants_stay_allowed():
+    c = rm.tensor(IMAGINARY)
+    assert (rm.sin(c) * 2.0).dtype == np.complex128
+    t = rm.tensor(REAL)
+    t.data = IMAGINARY  # a constant takes the new dtype: nothing is dropped
+    assert t.dtype == np.complex128
+    x = rm.tensor(REAL, requires_grad=True)
+    rm.checkpoint(lambda h, c: h * rm.abs(c))(x, c).sum().backward()
+    np.testing.assert_allclose(x.grad, [1.0, 1.0])
+
+
 # --- 6. numerics at the edges --------------------------------------------------------------------
 
 
@@ -714,6 +830,7 @@ CYCLE_ERRORS = {
     ),
     "rm.hvp through a reversible loop": lambda x, v: rm.hvp(a_reversible_loop, (x,), (v * 1.0,)),
     "a budget too small": lambda x, v: rm.grad(lambda y: a_loop(y, memory="10 B"))(x),
+    "a complex tangent": lambda x, v: rm.jvp(lambda y: rm.checkpoint(rm.sin)(y), (x,), (v * 1j,)),
 }
 
 
