@@ -106,7 +106,8 @@ def checkpoint(
             return f(*args, **kwargs)
         arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments", copy_arrays=True)
         for k, (a, node) in enumerate(zip(arrays, nodes)):
-            if node:  # a complex constant is f's business; one that requires grad is cut
+            # a complex constant is f's business; one that requires grad would be cut
+            if node and a.dtype.kind == "c":
                 refuse_complex(a, f"{name}: argument leaf {k}", allowed=CARRY_REAL)
         rng = backend.random_state()
         context = STEP.get()

@@ -655,7 +655,8 @@ def refuse_complex_leaves(arrays, what):
     names leaf k with ``{}``): it would be carried as a constant, cutting the gradient
     and tangent through it, where a recorded computation refuses the complex gradient."""
     for k, a in enumerate(arrays):
-        refuse_complex(a, what.format(k), allowed=CARRY_REAL)
+        if a.dtype.kind == "c":  # (named only then: this runs on every checkpointed call)
+            refuse_complex(a, what.format(k), allowed=CARRY_REAL)
 
 
 CARRY_REAL = (
