@@ -206,10 +206,13 @@ def _target(n, a, nested, where="rm.grad"):
     data = backend.asarray(a._data if isinstance(a, Tensor) else a)
     if not backend.is_floating(data.dtype):
         if where == "rm.grad":
-            raise DTypeError(f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats")
+            raise DTypeError(
+                f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats (it "
+                f"has shape {data.shape})"
+            )
         raise DTypeError(  # n counts the leaves of the primals' pytrees
             f"{where}: primal leaf {n} (in flattened order) has dtype {data.dtype}; "
-            "tangents need floats"
+            f"tangents need floats (it has shape {data.shape})"
         )
     t = Tensor._stand_in(data)
     if nested:  # a constant outside this call: no backward asks for its gradient

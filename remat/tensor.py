@@ -67,7 +67,7 @@ class Tensor:
         self._data = backend.asarray(data)
         self.grad = None
         if requires_grad:
-            _check_differentiable_dtype(self._data.dtype)
+            _check_differentiable_dtype(self._data)
         self.node = Leaf(self) if requires_grad else None
 
     @classmethod
@@ -189,7 +189,7 @@ class Tensor:
         if flag and self.node:  # requires grad already (rm.grad's argument stays its own)
             return
         if flag:
-            _check_differentiable_dtype(self._data.dtype)
+            _check_differentiable_dtype(self._data)
         self.node = Leaf(self) if flag else None
 
     @property
@@ -468,11 +468,11 @@ class DTypeError(TypeError, ValueError):
     """
 
 
-def _check_differentiable_dtype(dtype):
-    if not backend.is_floating(dtype):
+def _check_differentiable_dtype(array):
+    if not backend.is_floating(array.dtype):
         raise DTypeError(
-            f"requires_grad=True needs a floating-point array; got dtype {dtype}. "
-            "Pass dtype=float64 (or float32) to rm.tensor."
+            f"requires_grad=True needs a floating-point array; got dtype {array.dtype} "
+            f"(shape {tuple(array.shape)}). Pass dtype=float64 (or float32) to rm.tensor."
         )
 
 
@@ -504,7 +504,7 @@ def tensor(
         raise TypeError(f"rm.tensor: name must be a string, got {name!r}")
     array = backend.asarray(data, dtype=dtype, device=device)
     if requires_grad:
-        _check_differentiable_dtype(array.dtype)
+        _check_differentiable_dtype(array)
     t = Tensor._wrap(array, requires_grad=requires_grad)
     if name is not None:
         t._name = name

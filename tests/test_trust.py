@@ -496,6 +496,11 @@ COMPLEX_ENTRY_POINTS = {
         rm.tensor(REAL, requires_grad=True), add_complex
     ),
     "int t += 0.5": lambda: in_place(rm.tensor([1, 2]), add_a_fraction),
+    "rm.tensor(requires_grad=True)": lambda: rm.tensor(IMAGINARY, requires_grad=True),
+    "rm.zeros(requires_grad=True)": lambda: rm.zeros(2, dtype=complex, requires_grad=True),
+    "t.requires_grad = True": lambda: setattr(rm.tensor(IMAGINARY), "requires_grad", True),
+    "rm.grad's argument": lambda: rm.grad(lambda x: (x * x).sum())(IMAGINARY),
+    "rm.jvp's primal": lambda: rm.jvp(lambda x: x * 2.0, (IMAGINARY,), (REAL,)),
     "tape.loop's initial state": lambda: rm.Tape(snapshots=2).loop(
         lambda h: h * 2.0, rm.tensor(IMAGINARY), steps=3
     ),
@@ -787,6 +792,7 @@ CYCLE_TRANSFORMS = {
     "jvp": lambda f, x, v: rm.jvp(f, (x,), (v * 1.0,)),  # a tangent only the call holds
     "hvp": lambda f, x, v: rm.hvp(f, (x,), (v * 1.0,)),
     "grad of grad": lambda f, x, v: rm.grad(lambda y: (rm.grad(f)(y) ** 2).sum())(x),
+    "gradcheck": lambda f, x, v: rm.gradcheck(f, x),
 }
 
 
