@@ -174,6 +174,13 @@ def is_complex(dtype: DTypeLike) -> bool:
     return np.issubdtype(dtype, np.complexfloating)
 
 
+def casts_safely(source: DTypeLike, target: DTypeLike) -> bool:
+    """Whether NumPy's in-place operators write a ``source`` value into a ``target``
+    array (its "same_kind" rule: float64 into float32 yes, complex into real or a
+    float into an integer no, since that drops a part of each value)."""
+    return bool(np.can_cast(source, target, "same_kind"))
+
+
 def to_host(array: Any) -> np.ndarray:
     """A NumPy array with the same values (a copy only for device arrays)."""
     if isinstance(array, np.ndarray):

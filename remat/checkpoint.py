@@ -30,6 +30,7 @@ from typing import Any
 from . import backend, guard
 from .dual import tangent_in
 from .executor import (
+    CARRY_REAL,
     REPLAY_CAUSES,
     Forward,
     ReplayError,
@@ -39,6 +40,7 @@ from .executor import (
     is_value,
     leaves_of,
     outputs_of,
+    refuse_complex_leaves,
     reverse_step,
     saved_by,
     tape_call,
@@ -63,7 +65,7 @@ from .tape import (
     next_sequence,
     untaped,
 )
-from .tensor import Tensor
+from .tensor import Tensor, refuse_complex
 
 
 def checkpoint(
@@ -103,6 +105,10 @@ def checkpoint(
         if not GRAD_ENABLED.get():
             return f(*args, **kwargs)
         arrays, nodes, tree = leaves_of((args, kwargs), f"{name}: its arguments", copy_arrays=True)
+        for k, (a, node) in enumerate(zip(arrays, nodes)):
+            # a complex constant is f's business; one that requires grad would be cut
+            if node and a.dtype.kind == "c":
+                refuse_complex(a, f"{name}: argument leaf {k}", allowed=CARRY_REAL)
         rng = backend.random_state()
         context = STEP.get()
         forward = Forward()
@@ -117,6 +123,7 @@ def checkpoint(
             STEP.reset(token)
         if not out_arrays:
             raise TypeError(f"{name}: f must return Tensors (or a pytree of them), got {out!r}")
+        refuse_complex_leaves(out_arrays, f"{name}: leaf {{}} of its result")
         call = Call(f, name, tree, arrays, rng, Spec.of(out_tree, out_arrays), context, forward)
         call.kept = None if saving is None else saving.kept()
         call.full = check == "full"

@@ -30,7 +30,7 @@ float64 = backend.float64
 
 def _made(array, requires_grad):
     if requires_grad:
-        _check_differentiable_dtype(array.dtype)
+        _check_differentiable_dtype(array)
     return Tensor._wrap(array, requires_grad=requires_grad)
 
 

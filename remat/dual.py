@@ -74,8 +74,16 @@ class Trace:
             EAGER.remove(self)
 
     def close(self) -> None:
+        """The call has returned: its Duals are constants from now on.  Each seeded
+        leaf points back at this trace, so the list of them would make a reference
+        cycle holding every tangent until the cyclic collector ran: let them go, and
+        their tangents with them (no sweep of a closed trace reads one)."""
         self.switch()
         self.open = False
+        for leaf in self.leaves:
+            leaf.tangent = None
+        self.leaves.clear()
+        self.inputs.clear()
 
     def leaf_for(self, dual: Dual) -> Seeded | None:
         """The seeded leaf ``dual`` becomes when its node is read (None once closed)."""

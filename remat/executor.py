@@ -74,7 +74,7 @@ from .tape import (
     next_sequence,
     no_grad,
 )
-from .tensor import Tensor
+from .tensor import Tensor, refuse_complex
 from .units import format_bytes
 
 
@@ -650,6 +650,21 @@ SELECT = Op(
 )
 
 
+def refuse_complex_leaves(arrays, what):
+    """Refuse a complex leaf in what a checkpointed chain or function carries (``what``
+    names leaf k with ``{}``): it would be carried as a constant, cutting the gradient
+    and tangent through it, where a recorded computation refuses the complex gradient."""
+    for k, a in enumerate(arrays):
+        if a.dtype.kind == "c":  # (named only then: this runs on every checkpointed call)
+            refuse_complex(a, what.format(k), allowed=CARRY_REAL)
+
+
+CARRY_REAL = (
+    "checkpointed loops, chains, scans and functions carry real values only (remat "
+    "differentiates real functions): carry the real and imaginary parts as two real leaves"
+)
+
+
 def outputs_of(op, payload, parents, arrays, shape):
     """Tensors for ``arrays``, the outputs of one multi-output record of ``op``
     (a chain, a checkpoint) whose args are ``payload`` and inputs ``parents``."""
@@ -932,6 +947,7 @@ class ChainRun:
         if i == self.reached:
             self.reached += 1
             if not self.chain.same_spec:
+                refuse_complex_leaves(arrays, f"{self.chain.name(i)}: leaf {{}} of its state")
                 self.specs[i + 1] = Spec.of(tree, arrays)
             elif not self.specs[0].fits(tree, arrays):
                 raise StepOutputError(
@@ -942,6 +958,7 @@ class ChainRun:
                 )
             if y_tree is not None:
                 if self.ys_spec is None:
+                    refuse_complex_leaves(y_arrays, f"{self.chain.name(i)}: leaf {{}} of its y")
                     self.ys_spec = Spec.of(y_tree, y_arrays)
                 elif not self.ys_spec.fits(y_tree, y_arrays):
                     raise StepOutputError(
@@ -1830,13 +1847,7 @@ def run_chain(tape, chain, state, schedule, until=None, max_steps=None, plan_wit
     ``schedule`` again.
     """
     x0, x0_nodes, tree0 = leaves_of(state, "the initial state", copy_arrays=True)
-    for k, a in enumerate(x0):
-        if backend.is_complex(a.dtype):
-            raise TypeError(
-                f"{chain.owner}: leaf {k} of the state is complex ({a.dtype}); checkpointed "
-                "chains carry real states only (remat differentiates real functions): carry "
-                "the real and imaginary parts as two real leaves"
-            )
+    refuse_complex_leaves(x0, f"{chain.owner}: leaf {{}} of the initial state")
     spec0 = Spec.of(tree0, x0)
     # rm.Tape(policy=): the steps keep values for their recomputations (store-all has none;
     # a reversible loop's recomputations start from reconstructed states, which kept values

@@ -41,7 +41,14 @@ from .tape import (
     next_sequence,
     no_grad,
 )
-from .tensor import DTypeError, Tensor, as_leaf_dtype, own_gradients
+from .tensor import (
+    DTypeError,
+    Tensor,
+    as_leaf_dtype,
+    own_gradients,
+    refuse_complex,
+    refuse_complex_gradient,
+)
 
 if TYPE_CHECKING:
     from .typing import PyTree, TensorLike
@@ -156,6 +163,7 @@ def value_and_grad(
             elif not nested:
                 g = as_leaf_dtype(g, node)
             elif g.dtype != t.dtype:  # float32 stays float32, differentiably
+                refuse_complex_gradient(g, t)
                 g = astype(g, t.dtype)
             results.append(g)
         if not nested:
@@ -198,10 +206,13 @@ def _target(n, a, nested, where="rm.grad"):
     data = backend.asarray(a._data if isinstance(a, Tensor) else a)
     if not backend.is_floating(data.dtype):
         if where == "rm.grad":
-            raise DTypeError(f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats")
+            raise DTypeError(
+                f"rm.grad: argument {n} has dtype {data.dtype}; gradients need floats (it "
+                f"has shape {data.shape})"
+            )
         raise DTypeError(  # n counts the leaves of the primals' pytrees
             f"{where}: primal leaf {n} (in flattened order) has dtype {data.dtype}; "
-            "tangents need floats"
+            f"tangents need floats (it has shape {data.shape})"
         )
     t = Tensor._stand_in(data)
     if nested:  # a constant outside this call: no backward asks for its gradient
@@ -247,10 +258,11 @@ def gradcheck(
     >>> rm.gradcheck(lambda x: rm.sin(x).sum(), np.array([0.5, 1.0]))
     True
     """
-    arrays = [
-        backend.asarray(a.data if isinstance(a, Tensor) else a, dtype=backend.float64)
-        for a in inputs
-    ]
+    arrays = []
+    for i, a in enumerate(inputs):
+        a = backend.asarray(a.data if isinstance(a, Tensor) else a)
+        refuse_complex(a, f"gradcheck: input {i}", "float64")
+        arrays.append(backend.asarray(a, dtype=backend.float64))
     if not arrays:
         raise ValueError("gradcheck needs at least one input")
     analytic = grad(f, argnums=tuple(range(len(arrays))))(*arrays)
@@ -359,6 +371,7 @@ def jvp(
                 raise ValueError(
                     f"rm.jvp: tangent {k} has shape {t.shape} but its primal has shape {data.shape}"
                 )
+            refuse_complex(t, f"rm.jvp: tangent {k} (in flattened order)", data.dtype)
             inputs.append(dual(data, t.astype(data.dtype, copy=False), trace))
             trace.inputs.add(id(inputs[-1]))
         recorder = Recorder()  # ... until something needs the tape (then Duals become leaves)
@@ -431,6 +444,7 @@ def _differentiable_jvp(f, tree, leaves, tangent_leaves):
                 t = tangents.get(id(node))
             if t is None:
                 t = Tensor._wrap(backend.zeros(o.shape, o.dtype, like=o._data))
+            refuse_complex(t._data, _OUTPUT_TANGENT.format(len(values)), o.dtype, _COMBINED)
             values.append(o)
             out_tangents.append(t)
     return unflatten(out_tree, values), unflatten(out_tree, out_tangents)
@@ -449,6 +463,7 @@ def _seeded_inputs(leaves, tangent_leaves):
             raise ValueError(
                 f"rm.jvp: tangent {k} has shape {t.shape} but its primal has shape {leaf.shape}"
             )
+        refuse_complex(t._data, f"rm.jvp: tangent {k} (in flattened order)", leaf.dtype)
         seeds[id(leaf.node)] = t if t.dtype == leaf.dtype else astype(t, leaf.dtype)
         inputs.append(leaf)
     return seeds, inputs
@@ -541,6 +556,8 @@ def _results(outs, trace, recorder, floor):
         else:
             t = None
         values.append(backend.copy(data))
+        if t is not None:
+            refuse_complex(t, _OUTPUT_TANGENT.format(len(out_tangents)), data.dtype, _COMBINED)
         if t is None:
             t = backend.zeros(data.shape, data.dtype, like=data)
         elif not backend.is_array(t):  # a NumPy scalar, from a full reduction
@@ -552,6 +569,14 @@ def _results(outs, trace, recorder, floor):
         seen.add(id(t))
         out_tangents.append(t)
     return values, out_tangents
+
+
+_OUTPUT_TANGENT = "rm.jvp: the tangent of output {} of f (in flattened order)"
+_COMBINED = (
+    "a complex value was combined with the output, and its tangent cast to the output's "
+    "dtype would lose its imaginary part (reverse mode refuses the same gradient). remat "
+    "differentiates real functions only; take the real part where it belongs"
+)
 
 
 def forward_sweep(records, seeds, floor=None):
@@ -669,5 +694,12 @@ def hvp(f: Callable[..., Tensor], primals: tuple[PyTree, ...], tangents: tuple[P
     >>> rm.hvp(lambda x: (x ** 3).sum(), (x,), (v,))  # diag(6x) v, one per primal
     (array([6., 0.]),)
     """
+    if isinstance(primals, tuple) and isinstance(tangents, tuple):  # else jvp says why
+        for k, (p, t) in enumerate(
+            zip(flatten(primals, _is_primal)[0], flatten(tangents, _is_primal)[0])
+        ):
+            t = t._data if isinstance(t, Tensor) else backend.asarray(t)
+            dtype = p.dtype if isinstance(p, Tensor) else backend.asarray(p).dtype
+            refuse_complex(t, f"rm.hvp: tangent {k} (in flattened order)", dtype)
     argnums = tuple(range(len(primals)))
     return jvp(grad(f, argnums=argnums), primals, tangents)[1]

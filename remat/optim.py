@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from . import backend
 from .pytree import flatten
 from .tape import no_grad
-from .tensor import Tensor
+from .tensor import Tensor, refuse_complex
 
 if TYPE_CHECKING:
     from .typing import PyTree
@@ -90,6 +90,8 @@ class Optimizer:
                     continue
                 if isinstance(g, Tensor):
                     g = g._data
+                name = type(self).__name__
+                refuse_complex(g, f"rm.optim.{name}: the .grad of parameter {k}", p.dtype)
                 g = g.astype(p.dtype, copy=False)
                 delta = self._delta(k, p, g)
                 p -= Tensor._wrap(delta)  # a new array for p; the old one stays as it was

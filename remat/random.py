@@ -74,7 +74,7 @@ def _size(name, size, shape):
 
 def _sample(array, requires_grad):
     if requires_grad:
-        _check_differentiable_dtype(array.dtype)
+        _check_differentiable_dtype(array)
     return Tensor._wrap(array, requires_grad=requires_grad)
 
 

@@ -67,7 +67,7 @@ class Tensor:
         self._data = backend.asarray(data)
         self.grad = None
         if requires_grad:
-            _check_differentiable_dtype(self._data.dtype)
+            _check_differentiable_dtype(self._data)
         self.node = Leaf(self) if requires_grad else None
 
     @classmethod
@@ -142,10 +142,17 @@ class Tensor:
             )
         value = result._data
         if value.dtype != self.dtype:
-            if result.node:
+            if result.node or not backend.casts_safely(value.dtype, self.dtype):
+                kind = (
+                    "the recorded result"
+                    if result.node  # a cast here would be a second, unrecorded op
+                    else "the result, which t cannot hold without dropping a part of each value "
+                    "(as NumPy refuses),"
+                )
                 raise DTypeError(
-                    f"`t {symbol} ...`: t has dtype {self.dtype} but the recorded result has "
-                    f"dtype {value.dtype}; write `t = t {symbol[0]} ...` to keep the new dtype"
+                    f"`t {symbol} ...`: t has dtype {self.dtype} and shape {self.shape} but "
+                    f"{kind} has dtype {value.dtype}; write `t = t {symbol[0]} ...` to keep "
+                    "the new dtype"
                 )
             value = value.astype(self.dtype)
         self._data = value
@@ -182,7 +189,7 @@ class Tensor:
         if flag and self.node:  # requires grad already (rm.grad's argument stays its own)
             return
         if flag:
-            _check_differentiable_dtype(self._data.dtype)
+            _check_differentiable_dtype(self._data)
         self.node = Leaf(self) if flag else None
 
     @property
@@ -254,6 +261,7 @@ class Tensor:
                 raise BackwardError(
                     f"backward(): grad has shape {seed.shape} but the tensor has shape {self.shape}"
                 )
+            refuse_complex(seed, "backward(): grad", self.dtype)
             seed = seed.astype(self.dtype, copy=False)
         leaf_grads = backward([self], [seed], retain_graph=retain_graph)
         pairs = ((leaf, g) for leaf, g, _ in leaf_grads.values())
@@ -413,13 +421,39 @@ def as_leaf_dtype(g, leaf):
     """A leaf's gradient in the leaf's own dtype (float32 stays float32), as in PyTorch."""
     if g.dtype == leaf.dtype:
         return g
+    refuse_complex_gradient(g, leaf)
+    return g.astype(leaf.dtype)
+
+
+def refuse_complex_gradient(g, leaf):
+    """Refuse gradient ``g`` of a real ``leaf`` (anything with a shape and a dtype) that
+    came out complex: cast to the leaf's dtype, it would lose its imaginary part."""
     if backend.is_complex(g.dtype) and not backend.is_complex(leaf.dtype):
         raise BackwardError(
             f"backward(): the gradient of a real leaf of shape {leaf.shape} and dtype "
             f"{leaf.dtype} came out complex ({g.dtype}): a complex value was combined with it. "
             "remat differentiates real functions only; take the real part where it belongs."
         )
-    return g.astype(leaf.dtype)
+
+
+REAL_ONLY = (
+    "remat differentiates real functions only. Allowed: a real (floating-point) array; "
+    "carry a complex value as two real ones, its real and imaginary parts"
+)
+
+
+def refuse_complex(array, what, dtype=None, allowed=REAL_ONLY):
+    """Refuse a complex ``array`` where remat wants a real value (of ``dtype``, if given,
+    when that is real).  Cast, the array would lose its imaginary part with at most
+    NumPy's ComplexWarning; carried as a constant, it would cut a gradient or a
+    tangent.  Either way the answer would be wrong without a word, so this raises,
+    naming ``what`` (the argument), the array's dtype and shape and what is ``allowed``."""
+    if array.dtype.kind != "c" or (dtype is not None and backend.is_complex(dtype)):
+        return  # (the kind, not backend.is_complex: this runs on every checkpointed call)
+    real = "" if dtype is None else f", where a real value of dtype {dtype} belongs"
+    raise DTypeError(
+        f"{what} is complex (dtype {array.dtype}, shape {tuple(array.shape)}){real}; {allowed}"
+    )
 
 
 class DTypeError(TypeError, ValueError):
@@ -434,11 +468,11 @@ class DTypeError(TypeError, ValueError):
     """
 
 
-def _check_differentiable_dtype(dtype):
-    if not backend.is_floating(dtype):
+def _check_differentiable_dtype(array):
+    if not backend.is_floating(array.dtype):
         raise DTypeError(
-            f"requires_grad=True needs a floating-point array; got dtype {dtype}. "
-            "Pass dtype=float64 (or float32) to rm.tensor."
+            f"requires_grad=True needs a floating-point array; got dtype {array.dtype} "
+            f"(shape {tuple(array.shape)}). Pass dtype=float64 (or float32) to rm.tensor."
         )
 
 
@@ -470,7 +504,7 @@ def tensor(
         raise TypeError(f"rm.tensor: name must be a string, got {name!r}")
     array = backend.asarray(data, dtype=dtype, device=device)
     if requires_grad:
-        _check_differentiable_dtype(array.dtype)
+        _check_differentiable_dtype(array)
     t = Tensor._wrap(array, requires_grad=requires_grad)
     if name is not None:
         t._name = name
