@@ -169,7 +169,8 @@ def build_parser():
     schedule.add_argument(
         "--disk-snapshots",
         type=count_option("--disk-snapshots", 0, 10**4),
-        help="two_level: disk slots besides the --snapshots memory slots",
+        help="disk slots besides the --snapshots memory slots (required by two_level, refused "
+        "by the others)",
     )
     for side in ("write", "read"):
         schedule.add_argument(
