@@ -23,9 +23,11 @@ checkpointing, and those of ``xs`` gather in one buffer per input.
 
 A state is a pytree of arrays (:mod:`remat.pytree`) plus the random-number
 generator's state, so a step that draws random numbers replays them exactly
-when it is recomputed.  The *replay check* verifies that every recomputed step
-gives what it gave the first time (structure, shapes and dtypes always; the
-values' fingerprints unless ``check_replay=False``).  Everything is counted
+when it is recomputed.  The *replay check* verifies that recomputed steps
+reproduce their first run: the structure, shapes and dtypes of every
+recomputed step's outputs; their values (unless ``check_replay=False``) by
+fingerprints compared where taped runs meet, in memory that does not grow
+with n (:mod:`remat.replay` says what it guarantees).  Everything is counted
 as it happens: ``stats`` reports step evaluations, snapshots and bytes held.
 
 Second order (``rm.hvp``, ``rm.grad`` of ``rm.grad``): a backward that is
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import copy
 import time
-from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -50,6 +51,7 @@ from .functional import forward_sweep
 from .ops import TENSOR_NAMESPACE
 from .ops.core import Op
 from .pytree import flatten, unflatten
+from .replay import FirstRun, Junctions, junction_error
 from .selective import Reusing, Saving
 from .storage import DiskError, DiskStore
 from .tape import (
@@ -787,7 +789,8 @@ class ChainRun:
         self.tapes = {}  # step index -> StepTape
         self.reached = 0  # how many steps have been evaluated at least once
         self.forward = Forward()  # the forward sweep starts now (run_forward, or a measuring run)
-        self.first = array("L")  # step i -> fingerprint of its outputs the first time it ran
+        self.first_run = FirstRun()  # what the replay check compares with (remat.replay)
+        self.junctions = Junctions()  # and where taped runs meet
         self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(self.byte_limit)  # Tape(memory=): its budget
@@ -841,7 +844,8 @@ class ChainRun:
                 data = out._data
                 spec = self.specs[0]
                 if data.shape == spec.shapes[0] and data.dtype == spec.dtypes[0]:
-                    self.check_short(i, data, taped)
+                    if i == self.reached:  # the values: where taped runs meet (tape_steps)
+                        self.reached += 1
                     return (data,), [t.node], [out]
             return self.finish_step(i, marker, out, None, [t.node], taped)  # explains what is off
 
@@ -884,15 +888,6 @@ class ChainRun:
         self.check_step(i, tree, out_arrays, y_tree, y_arrays, taped)
         return out_arrays, nodes, outputs
 
-    def check_short(self, i, data, taped):
-        """check_step for a state of one Tensor whose shape and dtype are known to fit."""
-        if i == self.reached:
-            self.reached += 1
-            if self.check_values:
-                self.first.append(backend.replay_fingerprint(data))
-        elif taped and self.check_values and backend.replay_fingerprint(data) != self.first[i]:
-            raise self.replay_error(i, "different values (the same shape and dtype)")
-
     def spec_at(self, i):
         """The Spec of x_i (a loop's and a scan's states all have x_0's)."""
         return self.specs[0] if self.chain.same_spec else self.specs[i]
@@ -901,11 +896,10 @@ class ChainRun:
         """Spec of x_{i+1} (and y_i) as expected; when step i is taped again, the values.
 
         The forward sweep evaluates the steps in order, so step i runs for the
-        first time when ``i == self.reached``: what it gives then is learned
-        (a CRC-32 of all its outputs, 4 bytes a step).  Values
-        are compared when a step is taped again, since the gradient is made of
-        the taped steps alone: a step recomputed untaped only leads to a later
-        taped one, whose output would differ in turn.
+        first time when ``i == self.reached``: what it gives then is learned.
+        The values of x_{i+1} are checked where taped runs meet (:mod:`remat.replay`);
+        those of y_i here, when step i is taped again (a CRC-32 a step, kept from its
+        first run), since the gradient is made of the taped steps alone.
         """
         if i == self.reached:
             self.reached += 1
@@ -928,8 +922,8 @@ class ChainRun:
                         "must agree, so that they stack"
                     )
                 self.ys[i] = y_arrays
-            if self.check_values:
-                self.first.append(fingerprint_all(arrays + y_arrays, self.full))
+            if self.check_values and y_tree is not None:
+                self.first_run.ys.append(fingerprint_all(y_arrays, self.full))
             return
         wrong = None
         if not self.spec_at(i + 1).fits(tree, arrays):
@@ -939,18 +933,32 @@ class ChainRun:
         elif (
             taped
             and self.check_values
-            and fingerprint_all(arrays + y_arrays, self.full) != self.first[i]
+            and y_tree is not None
+            and fingerprint_all(y_arrays, self.full) != self.first_run.ys[i]
         ):
-            wrong = "different values (the same structure, shapes and dtypes)"
+            wrong = "y with different values (the same structure, shapes and dtypes)"
         if wrong is not None:
-            raise self.replay_error(i, wrong)
+            raise self.replay_error(
+                f"{self.chain.name(i)} was recomputed from its stored input and returned "
+                f"{wrong} than its first run."
+            )
 
-    def replay_error(self, i, wrong):
+    def replay_error(self, what):
         cause = self.forward.what_changed()
-        return ReplayError(
-            f"{self.chain.name(i)} was recomputed from its stored input and returned "
-            f"{wrong} than its first run. {cause or REPLAY_CAUSES}"
-        )
+        return ReplayError(f"{what} {cause or REPLAY_CAUSES}")
+
+    def fingerprint(self, arrays):
+        """The replay check's fingerprint of a state's arrays (None when off)."""
+        return fingerprint_all(arrays, self.full) if self.check_values else None
+
+    def meet(self, i):
+        """Before step i is reversed: the state its taped run returned must be the one
+        step i+1 was taped at (:mod:`remat.replay`)."""
+        recomputed = self.junctions.meet(i)
+        if recomputed is not None:
+            last = i == self.stats.steps - 1
+            chain = self.chain
+            raise self.replay_error(junction_error(chain.owner, chain.name, i, recomputed, last))
 
     def expect_position(self, action, index):
         if self.position != index:
@@ -981,6 +989,7 @@ class ChainRun:
         # One recorder for the action, emptied after each step (tape_call, inlined: bench_overheads'
         # tiny-step rows pay its cost once an action instead of once a step).
         recorder = step_recorder(self.check_replay)
+        at = self.fingerprint(arrays)  # of x_i, the state step i is taped at
         with Recording(recorder, True):
             for i in range(action.start, action.stop):
                 recomputed = i < self.reached
@@ -996,6 +1005,10 @@ class ChainRun:
                 saved = saved_by(records, floor, inputs)
                 self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
                 self.held.hold(saved)
+                if at is not None:
+                    returned = fingerprint_all(arrays, self.full)
+                    self.junctions.taped(i, at, returned, recomputed)
+                    at = returned
                 self.mark()
                 if self.online_forward and self.stop_online(i + 1, arrays):
                     break
@@ -1033,6 +1046,7 @@ class ChainRun:
     def discard(self, action):
         for i in range(action.start, action.stop):
             self.held.release(self.tapes.pop(i).saved)
+            self.junctions.drop(i)
 
     def snapshot(self, action):
         self.expect_position(action, action.step)
@@ -1157,6 +1171,7 @@ class ChainRun:
 
     def reverse(self, action):
         for i in range(action.stop - 1, action.start - 1, -1):
+            self.meet(i)
             step_tape = self.tapes.pop(i)
             grads = reverse_step(self.outer_sweep, step_tape, self.seeds(i, self.cotangent))
             self.cotangent = self.gather(i, grads, self.xs_grads, step_tape)
@@ -1217,6 +1232,8 @@ class ChainRun:
             raise LoopError(f"schedule {self.schedule!r} ended before EndForward")
         if not hasattr(self.actions, "finish"):  # online runs counted it at their end
             self.stats.steps = self.position
+        if not again:  # the x_n the user holds: the last taped step must return it
+            self.first_run.final = self.fingerprint(self.current[0])
         self.stats.peak_bytes = self.held.peak
         if self.disk is not None:
             self.count_disk()
@@ -1242,6 +1259,7 @@ class ChainRun:
         ]
         self.ys_cotangent = cotangent.parts[width:]
         self.xs_grads = [None] * len(self.chain.xs)  # made when a cotangent arrives
+        self.junctions.begin(self.first_run.final)
         rng_after_forward = backend.random_state()
         start = time.perf_counter()
         try:
@@ -1292,6 +1310,12 @@ class ChainRun:
         finally:
             backend.set_random_state(outer_rng)
             self.stats.forward_steps = counted  # these evaluations are jvp's, not the loop's
+        if n and self.check_values and self.fingerprint(arrays) != self.first_run.final:
+            raise self.replay_error(  # one taped run from x_0: where it ends is checked
+                f"{self.chain.name(n - 1)} was recomputed from its stored input (the chain "
+                "run again from x_0 for its tangents) and returned different values (the same "
+                "structure, shapes and dtypes) than its first run (the x_n the forward returned)."
+            )
         stacked = [backend.xp.stack(column) for column in zip(*y_tangents)] if y_tangents else []
         return t_state + (stacked if self.chain.has_ys else [])
 
@@ -1338,6 +1362,7 @@ class ChainRun:
         run.until, run.max_steps = None, self.stats.steps  # the length is known now
         run.current, run.position = self.start, 0
         run.slots, run.tapes, run.ys = {}, {}, {}
+        run.junctions = Junctions()  # its own; its first_run is this run's
         run.disk = None  # its disk slots are files of its own (the first run's are gone)
         run.inverted = None
         run.keeping = None  # a policy's kept values went with the first backward: recompute
@@ -1369,8 +1394,9 @@ class ChainRun:
         self.tapes.clear()
         if self.keeping:
             self.keeping.clear()
+        self.junctions = Junctions()
         if self.start is None:  # else kept: runs again are checked against them
-            self.first = array("L")
+            self.first_run = FirstRun()
         self.held = Holdings()
         self.current = (None, None)
         self.cotangent = self.outer_sweep = self.ys_cotangent = self.xs_grads = None
@@ -1593,10 +1619,15 @@ class TangentRun(ChainRun):
         self.expect_position(action, action.start)
         state, rng = self.current
         backend.set_random_state(rng)
+        at = self.fingerprint(state[: len(state) // 2])  # x_i's leaves, then their tangents
         for i in range(action.start, action.stop):
             state, step_tape = self.step_forward(i, state)
             self.tapes[i] = step_tape
             self.held.hold(step_tape.saved)
+            if at is not None:  # every step of a run again is a recomputation
+                returned = fingerprint_all(state[: len(state) // 2], self.full)
+                self.junctions.taped(i, at, returned, True)
+                at = returned
             self.mark()
             if self.online_forward and self.stop_online(i + 1, state):
                 break
@@ -1605,6 +1636,7 @@ class TangentRun(ChainRun):
 
     def reverse(self, action):
         for i in range(action.stop - 1, action.start - 1, -1):
+            self.meet(i)
             step_tape = self.tapes.pop(i)
             grads, grad_tangents = self.reverse_with_tangents(
                 step_tape,

@@ -1,0 +1,156 @@
+"""The replay check of checkpointed loops, chains and scans (remat.replay).
+
+A step recomputed in backward must give what it gave in the forward sweep, or
+the gradient is that of another function: the check refuses it with
+rm.ReplayError.  It keeps fingerprints for the step tapes and the final state
+only (and one per step of a scan's ys), so its memory does not grow with n.
+"""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import remat as rm
+
+W0 = np.array([[0.6, -0.3, 0.2], [0.1, 0.5, -0.4], [-0.2, 0.3, 0.7]])
+X0 = np.array([0.3, -0.2, 0.5])
+
+
+def traced_peak(run):
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def revolve_peak(n, check):
+    """tracemalloc's peak over one forward + backward of an n-step loop, 11 slots."""
+    w = rm.tensor(W0, requires_grad=True)
+
+    def run():
+        h = rm.Tape(snapshots=11, check_replay=check).loop(
+            lambda h: h + rm.tanh(h @ w), rm.tensor(X0), steps=n
+        )
+        h.sum().backward()
+
+    run()  # warm: caches of the first run (plans, strides) are not the check's
+    return traced_peak(run)
+
+
+# Guards: the default check kept a fingerprint of every step's output for the whole run
+# (an array("L") of n entries: 512 KiB at n = 65536), so memory grew with n where the
+# schedule's s slots should bound it.
+@pytest.mark.parametrize("check", [True, "full"])
+def test_the_replay_check_keeps_memory_flat_in_the_number_of_steps(check):
+    short, long = revolve_peak(128, check), revolve_peak(2048, check)
+    assert long - short < 4096, (short, long)  # the old check: 15 KiB more (8 bytes a step)
+
+
+def drifting_loop(kind, n, k, armed, tape):
+    """A loop, chain or scan of n steps (state of 3 floats) whose step k returns a
+    different value on each evaluation once ``armed[0]`` (set after the forward
+    sweep): in its new state (``kind`` "state") or only in its y ("y", a scan)."""
+    evaluations = [0]
+    w = rm.tensor(W0, requires_grad=True)
+    x = rm.tensor(X0, requires_grad=True)
+
+    def drift(i):
+        if i != k or not armed[0]:
+            return 0.0
+        evaluations[0] += 1
+        return 1e-3 * evaluations[0]
+
+    def cell(i, h):
+        return h + rm.tanh(h @ w) * 0.5
+
+    if kind == "chain":
+        layers = [lambda h, i=i: cell(i, h) * (1.0 + drift(i)) for i in range(n)]
+        loss = (tape.chain(layers, x) ** 2).sum()
+    else:
+
+        def scanned(h, xi):
+            i = int(xi.data)  # the step index, passed in the scan's xs
+            new = cell(i, h)
+            y = new * 2.0
+            if kind == "state":
+                new = new * (1.0 + drift(i))
+            else:
+                y = y * (1.0 + drift(i))  # its VJP differs too
+            return new, y
+
+        h, ys = tape.scan(scanned, x, rm.tensor(np.arange(n, dtype=np.float64)))
+        loss = (h**2).sum() + (ys**3).sum()
+    return loss, w, x, evaluations
+
+
+def tapes():
+    """Tapes that recompute: revolve, sqrt, online, byte budgets, disk slots, policies."""
+    return st.one_of(
+        st.builds(lambda s: {"snapshots": s}, st.integers(1, 6)),
+        st.just({"schedule": "sqrt"}),
+        st.builds(lambda s: {"snapshots": s, "schedule": "online"}, st.integers(1, 4)),
+        st.builds(lambda m: {"memory": m}, st.integers(600, 6000)),
+        st.builds(lambda s: {"snapshots": s, "disk_snapshots": 1}, st.integers(0, 2)),
+        st.builds(
+            lambda s: {"snapshots": s, "policy": rm.policies.save_ops("tanh")}, st.integers(1, 3)
+        ),
+    )
+
+
+# Guards: a step that does not reproduce itself when recomputed must be refused (or, if it
+# never ran again for the gradient, the gradient must be store-all's, bit for bit) under
+# every schedule and budget, whichever step drifts and wherever the check meets it.
+@settings(max_examples=40, deadline=None)
+@given(
+    kind=st.sampled_from(["state", "y", "chain"]),
+    n=st.integers(2, 9),
+    data=st.data(),
+    options=tapes(),
+    check=st.sampled_from([True, "full"]),
+)
+def test_a_step_that_changes_when_recomputed_is_refused(kind, n, data, options, check):
+    k = data.draw(st.integers(0, n - 1), label="drifting step")
+    loss, w, x, _ = drifting_loop(kind, n, k, [False], rm.Tape())
+    loss.backward()
+    exact = w.grad.copy(), x.grad.copy()
+
+    armed = [False]
+    try:
+        loss, w, x, evaluations = drifting_loop(
+            kind, n, k, armed, rm.Tape(check_replay=check, **options)
+        )
+    except ValueError as error:  # a byte budget below what any plan needs
+        assert "too small" in str(error) or "least" in str(error)
+        return
+    armed[0] = True
+    try:
+        loss.backward()
+    except rm.ReplayError as error:
+        assert "values" in str(error)  # the policy names the op that differs
+        return
+    # not refused: the drifting step never ran again where the gradient could see it
+    if kind != "y":
+        assert evaluations[0] == 0
+    assert np.array_equal(w.grad, exact[0]) and np.array_equal(x.grad, exact[1])
+
+
+# Guards: rm.jvp runs the loop again from x_0 with tangents, taped from end to end, and
+# reverses nothing: its check is where that run ends, against the forward's x_n.
+@pytest.mark.parametrize("options", [{"snapshots": 2}, {}])
+def test_a_step_that_changes_when_rerun_for_jvp_is_refused(options):
+    runs = [0]
+
+    def step(h):
+        runs[0] += 1
+        return rm.tanh(h) * (1.0 + 1e-3 * runs[0])
+
+    def f(x):
+        return rm.Tape(**options).loop(step, x, steps=5)
+
+    with pytest.raises(rm.ReplayError, match="step 4 was recomputed.*different values"):
+        rm.jvp(f, (X0,), (np.ones(3),))
