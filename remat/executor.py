@@ -763,7 +763,7 @@ class ChainRun:
         self.chain = chain
         self.schedule = schedule
         self.actions = iter(schedule)
-        self.specs = {0: spec0}  # position -> Spec of x_position, learned going forward
+        self.specs = [spec0]  # position -> Spec of x_position, learned going forward
         # a loop over one Tensor: call_step takes a short path (bench_loop's tiny steps)
         self.short = chain.step is not None and spec0.tree.kind == "leaf"
         self.floating = self.short and backend.is_floating(spec0.dtypes[0])
@@ -791,7 +791,7 @@ class ChainRun:
         self.forward = Forward()  # the forward sweep starts now (run_forward, or a measuring run)
         self.first_run = FirstRun()  # what the replay check compares with (remat.replay)
         self.junctions = Junctions()  # and where taped runs meet
-        self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
+        self.ys = []  # the stacked ys, a buffer per leaf: row i is y_i, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(self.byte_limit)  # Tape(memory=): its budget
         self.keeping = None  # a KeepingRun's: step index -> what its first run kept
@@ -904,7 +904,8 @@ class ChainRun:
         if i == self.reached:
             self.reached += 1
             if not self.chain.same_spec:
-                self.specs[i + 1] = Spec.of(tree, arrays)
+                last = self.specs[i]  # shared when equal: a chain's layers mostly keep it
+                self.specs.append(last if last.fits(tree, arrays) else Spec.of(tree, arrays))
             elif not self.specs[0].fits(tree, arrays):
                 raise StepOutputError(
                     f"{self.chain.name(i)} returned a state with "
@@ -921,7 +922,11 @@ class ChainRun:
                         f"{self.ys_spec.differs(Spec.of(y_tree, y_arrays))}; every step's y "
                         "must agree, so that they stack"
                     )
-                self.ys[i] = y_arrays
+                if i == 0:  # a scan: as long as its xs
+                    n = self.chain.xs[0].shape[0]
+                    self.ys = [backend.zeros((n, *a.shape), a.dtype, like=a) for a in y_arrays]
+                for buffer, a in zip(self.ys, y_arrays):
+                    buffer[i] = a
             if self.check_values and y_tree is not None:
                 self.first_run.ys.append(fingerprint_all(y_arrays, self.full))
             return
@@ -1239,12 +1244,7 @@ class ChainRun:
             self.count_disk()
         ys = ()
         if self.chain.has_ys and not again:
-            n = self.stats.steps
-            ys = tuple(
-                backend.xp.stack([self.ys[i][k] for i in range(n)])
-                for k in range(len(self.ys_spec.shapes))
-            )
-            self.ys = {}
+            ys, self.ys = tuple(self.ys), []
         self.stats.seconds += time.perf_counter() - start
         return self.current[0], ys
 
@@ -1361,7 +1361,7 @@ class ChainRun:
         run.online_forward = hasattr(run.actions, "finish")
         run.until, run.max_steps = None, self.stats.steps  # the length is known now
         run.current, run.position = self.start, 0
-        run.slots, run.tapes, run.ys = {}, {}, {}
+        run.slots, run.tapes, run.ys = {}, {}, []
         run.junctions = Junctions()  # its own; its first_run is this run's
         run.disk = None  # its disk slots are files of its own (the first run's are gone)
         run.inverted = None

@@ -28,15 +28,24 @@ def traced_peak(run):
         tracemalloc.stop()
 
 
-def revolve_peak(n, check):
-    """tracemalloc's peak over one forward + backward of an n-step loop, 11 slots."""
+def revolve_peak(kind, n, check):
+    """tracemalloc's peak over one forward + backward of an n-step loop, chain or scan
+    under revolve with 10 slots."""
     w = rm.tensor(W0, requires_grad=True)
 
+    def cell(h):
+        return h + rm.tanh(h @ w)
+
     def run():
-        h = rm.Tape(snapshots=11, check_replay=check).loop(
-            lambda h: h + rm.tanh(h @ w), rm.tensor(X0), steps=n
-        )
-        h.sum().backward()
+        tape = rm.Tape(snapshots=10, check_replay=check)
+        if kind == "loop":
+            loss = tape.loop(cell, rm.tensor(X0), steps=n).sum()
+        elif kind == "chain":
+            loss = tape.chain([cell] * n, rm.tensor(X0)).sum()
+        else:
+            h, ys = tape.scan(lambda h, x: (cell(h) * x, h.sum()), rm.tensor(X0), np.ones(n))
+            loss = h.sum() + ys.sum()
+        loss.backward()
 
     run()  # warm: caches of the first run (plans, strides) are not the check's
     return traced_peak(run)
@@ -44,11 +53,17 @@ def revolve_peak(n, check):
 
 # Guards: the default check kept a fingerprint of every step's output for the whole run
 # (an array("L") of n entries: 512 KiB at n = 65536), so memory grew with n where the
-# schedule's s slots should bound it.
-@pytest.mark.parametrize("check", [True, "full"])
-def test_the_replay_check_keeps_memory_flat_in_the_number_of_steps(check):
-    short, long = revolve_peak(128, check), revolve_peak(2048, check)
-    assert long - short < 4096, (short, long)  # the old check: 15 KiB more (8 bytes a step)
+# schedule's s slots should bound it; a chain also kept a Spec object a step (390 bytes)
+# and a scan a dict entry and a tuple a step for its ys (about 400 bytes) until the end.
+# What may grow: a chain's list of functions and its specs (8 + 8 bytes a step), a scan's
+# xs, stacked ys and their cotangent (8 + 8 + 8) and the fingerprints of its ys (4).
+@pytest.mark.parametrize(
+    ("kind", "per_step", "check"),
+    [("loop", 0, True), ("loop", 0, "full"), ("chain", 16, True), ("scan", 28, True)],
+)
+def test_memory_is_flat_in_the_number_of_steps(kind, per_step, check):
+    short, long = revolve_peak(kind, 64, check), revolve_peak(kind, 1024, check)
+    assert long - short < 960 * per_step + 2048, (short, long)
 
 
 def drifting_loop(kind, n, k, armed, tape):
