@@ -893,7 +893,7 @@ class ChainRun:
         return self.specs[0] if self.chain.same_spec else self.specs[i]
 
     def check_step(self, i, tree, arrays, y_tree, y_arrays, taped):
-        """Spec of x_{i+1} (and y_i) as expected; when step i is taped again, the values.
+        """Spec of x_{i+1} (and y_i) as expected; when step i is taped again, y_i's values.
 
         The forward sweep evaluates the steps in order, so step i runs for the
         first time when ``i == self.reached``: what it gives then is learned.
