@@ -791,6 +791,7 @@ class ChainRun:
         self.forward = Forward()  # the forward sweep starts now (run_forward, or a measuring run)
         self.first_run = FirstRun()  # what the replay check compares with (remat.replay)
         self.junctions = Junctions()  # and where taped runs meet
+        self.taped_end = None  # (arrays, fingerprint) of where the last Tape ended, if current
         self.ys = []  # the stacked ys, a buffer per leaf: row i is y_i, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(self.byte_limit)  # Tape(memory=): its budget
@@ -952,9 +953,16 @@ class ChainRun:
         cause = self.forward.what_changed()
         return ReplayError(f"{what} {cause or REPLAY_CAUSES}")
 
-    def fingerprint(self, arrays):
-        """The replay check's fingerprint of a state's arrays (None when off)."""
-        return fingerprint_all(arrays, self.full) if self.check_values else None
+    def fingerprint(self, arrays, width=None):
+        """The replay check's fingerprint of state ``arrays`` (its first ``width``:
+        a TangentRun's state ends with the tangents), None when off.  Taken once: a
+        Tape action that goes on from where the last one ended reuses it."""
+        if not self.check_values:
+            return None
+        ended = self.taped_end
+        if ended is not None and ended[0] is arrays:
+            return ended[1]
+        return fingerprint_all(arrays[:width], self.full)
 
     def meet(self, i):
         """Before step i is reversed: the state its taped run returned must be the one
@@ -976,6 +984,7 @@ class ChainRun:
     # -- the actions --
     def advance(self, action):
         self.expect_position(action, action.start)
+        self.taped_end = None
         arrays, rng = self.current
         backend.set_random_state(rng)
         spill = step_recorder(self.check_replay)  # what a step records under enable_grad
@@ -1019,6 +1028,7 @@ class ChainRun:
                     break
         self.current = (arrays, backend.random_state())
         self.position = i + 1
+        self.taped_end = None if at is None else (arrays, at)
 
     def stop_online(self, n, arrays):
         """After an online step: tell the schedule if the loop has ended at x_n."""
@@ -1077,6 +1087,7 @@ class ChainRun:
         self.stats.peak_snapshots = max(self.stats.peak_snapshots, in_memory)
 
     def restore(self, action):
+        self.taped_end = None
         step, arrays, rng, found, seq = self.slots[(action.level, action.slot)]
         if step != action.step:
             raise LoopError(f"schedule asked for {action} but that slot holds x_{step}")
@@ -1123,6 +1134,7 @@ class ChainRun:
                 f"schedule {self.schedule!r} asked for {action}, which needs the loop's "
                 "inverse: tape.loop(step, state, steps=n, inverse=...)"
             )
+        self.taped_end = None
         arrays, rng = self.current
         spec = self.spec_at(action.stop)
         for i in range(action.stop - 1, action.start - 1, -1):
@@ -1362,7 +1374,7 @@ class ChainRun:
         run.until, run.max_steps = None, self.stats.steps  # the length is known now
         run.current, run.position = self.start, 0
         run.slots, run.tapes, run.ys = {}, {}, []
-        run.junctions = Junctions()  # its own; its first_run is this run's
+        run.junctions, run.taped_end = Junctions(), None  # its own; its first_run is this one's
         run.disk = None  # its disk slots are files of its own (the first run's are gone)
         run.inverted = None
         run.keeping = None  # a policy's kept values went with the first backward: recompute
@@ -1394,7 +1406,7 @@ class ChainRun:
         self.tapes.clear()
         if self.keeping:
             self.keeping.clear()
-        self.junctions = Junctions()
+        self.junctions, self.taped_end = Junctions(), None
         if self.start is None:  # else kept: runs again are checked against them
             self.first_run = FirstRun()
         self.held = Holdings()
@@ -1607,6 +1619,7 @@ class TangentRun(ChainRun):
 
     def advance(self, action):
         self.expect_position(action, action.start)
+        self.taped_end = None
         state, rng = self.current
         backend.set_random_state(rng)
         for i in range(action.start, action.stop):
@@ -1619,7 +1632,7 @@ class TangentRun(ChainRun):
         self.expect_position(action, action.start)
         state, rng = self.current
         backend.set_random_state(rng)
-        at = self.fingerprint(state[: len(state) // 2])  # x_i's leaves, then their tangents
+        at = self.fingerprint(state, len(state) // 2)  # x_i's leaves, then their tangents
         for i in range(action.start, action.stop):
             state, step_tape = self.step_forward(i, state)
             self.tapes[i] = step_tape
@@ -1633,6 +1646,7 @@ class TangentRun(ChainRun):
                 break
         self.current = (state, backend.random_state())
         self.position = i + 1
+        self.taped_end = None if at is None else (state, at)
 
     def reverse(self, action):
         for i in range(action.stop - 1, action.start - 1, -1):
