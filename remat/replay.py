@@ -29,6 +29,12 @@ so once it has run the check has seen one unbroken chain::
 
     x_0 -> taped step 0 -> input of taped step 1 -> ... -> taped step n-1 -> x_n
 
+(``rm.jvp`` runs the chain again from x_0 in one taped run and reverses
+nothing: where that run ends is compared with the first run's x_n.)  A
+fingerprint is taken once a Tape action (its start, unless it goes on from
+where the last one ended) and once a taped step, as a per-step record took one
+a step in the forward sweep and one a taped recomputation.
+
 What the default check guarantees, to the fingerprint's resolution (a CRC-32
 of about 64 elements of each array, :func:`remat.backend.replay_fingerprint`;
 of every element with ``check_replay="full"``): the taped evaluations form one
@@ -99,7 +105,9 @@ class Junctions:
 
 def junction_error(owner, name, i, recomputed, last):
     """What a ReplayError says when step i's taped run does not return the state
-    the next taped step was taped at (``last``: the first run's x_n)."""
+    the next taped step was taped at (``last``: the first run's x_n).  The
+    difference is seen where it meets another run, at step i or after the
+    step that does not reproduce itself."""
     same = "different values (the same structure, shapes and dtypes)"
     if recomputed:
         other = (
@@ -107,8 +115,11 @@ def junction_error(owner, name, i, recomputed, last):
             if last
             else f"the run of it whose x_{i + 1} step {i + 1} was taped at"
         )
-        return f"{name(i)} was recomputed from its stored input and returned {same} than {other}."
-    return (
+        return (
+            f"{name(i)} was recomputed from its stored input and returned {same} than {other}: "
+            "it, or a step recomputed before it to reach its input, does not reproduce itself."
+        )
+    return (  # step i ran once, taped: its x_{i+1} is the first run's
         f"{owner}: step {i + 1} was taped at an x_{i + 1} recomputed from a stored state, and "
         f"steps up to {i} were recomputed and returned {same} than in their first run."
     )

@@ -169,3 +169,35 @@ def test_a_step_that_changes_when_rerun_for_jvp_is_refused(options):
 
     with pytest.raises(rm.ReplayError, match="step 4 was recomputed.*different values"):
         rm.jvp(f, (X0,), (np.ones(3),))
+
+
+class Handmade:
+    """Tapes step 0 in the forward and keeps its tape; recomputes x_1 from x_0 to tape
+    steps 1 and 2 in backward."""
+
+    snapshots, steps = 1, 3
+
+    def __iter__(self):
+        from remat.schedules import Advance, End, EndForward, Free, Restore, Reverse, Snapshot, Tape
+
+        return iter(
+            [Snapshot(0, 0), Tape(0, 1), Advance(1, 3), EndForward(), Restore(0, 0)]
+            + [Advance(0, 1), Tape(1, 3), Reverse(1, 3), Reverse(0, 1), Free(0), End()]
+        )
+
+
+# Guards: a step taped in the forward (its output is the first run's) whose next step was
+# taped at a recomputed state that differs must be refused, and the error must not call the
+# first-run step recomputed; here step 1 maps both states to one, so only that junction sees
+# the difference (the old per-step check saw none).
+def test_a_recomputed_input_that_differs_from_the_first_runs_output_is_refused():
+    runs = [0]
+
+    def drifting(h):
+        runs[0] += 1
+        return rm.tanh(h) * (1.0 + 1e-3 * runs[0])
+
+    x = rm.tensor(X0, requires_grad=True)
+    h = rm.Tape(schedule=Handmade()).chain([drifting, lambda h: h * 0.0 + 1.0, rm.sin], x)
+    with pytest.raises(rm.ReplayError, match=r"step 1 was taped at an x_1 recomputed.*up to 0"):
+        h.sum().backward()
