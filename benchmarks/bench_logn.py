@@ -6,12 +6,15 @@ per step, ``T(n, s) / n``, grow only slowly (the repetition number ``r``).
 Store-all holds every step's tape: linear in ``n``.
 
 Real remat loops (a residual tanh layer, width 16, batch 4, float64, so that
-2**14 steps stay fast) for n = 2**6 ... 2**14, forward + backward of the sum
-of the final state.  Memory is measured twice: what the executor says it held
-at its peak (``tape.stats.peak_bytes``, snapshots plus live step tapes) and
+2**16 steps stay fast) for n = 2**6 ... 2**16, forward + backward of the sum
+of the final state, with the replay check on (the default).  Memory is
+measured twice: what the executor says it held at its peak
+(``tape.stats.peak_bytes``, snapshots plus live step tapes) and
 tracemalloc's peak over the whole forward + backward, which also sees the
-cotangents and gradients.  ``forward_steps`` comes from ``tape.stats`` and is
-set beside the Griewank-Walther optimum ``T(n, s)``.  The full run draws
+cotangents, gradients and what the replay check keeps (fingerprints held with
+the step tapes, none per step: :mod:`remat.replay`), so it too stays flat.
+``forward_steps`` comes from ``tape.stats`` and is set beside the
+Griewank-Walther optimum ``T(n, s)``.  The full run draws
 benchmarks/logn.png (matplotlib, if installed).
 """
 
@@ -135,7 +138,7 @@ def plot(rows, path):
 
 
 def run(quick=False):
-    rows = bench(range(6, 9) if quick else range(6, 15))
+    rows = bench(range(6, 9) if quick else range(6, 17))
     out = [
         "## The O(log n) curve (`python -m benchmarks logn`)",
         "",

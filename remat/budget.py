@@ -124,12 +124,16 @@ class Tape(Recorder):
     periodic, online and mixed; store_all and sqrt size their memory
     themselves and do not use it.  ``Tape()`` alone stores everything.
 
-    ``check_replay`` checks that every recomputed step gives what it gave the
-    first time: always the structure, shapes and dtypes of its outputs, and,
-    when the step is taped again, their values (a CRC-32 of about 64 elements
-    of each array, spaced by a prime stride, so it costs the same for any state size;
+    ``check_replay`` checks that recomputed steps give what they gave the
+    first time: always the structure, shapes and dtypes of their outputs, and
+    the values where taped runs meet: each taped step must return the state the
+    next step was taped at, the last one the x_n of the forward (and a scan's
+    y_i its first run's), so the gradient follows one trajectory of the taped
+    steps from x_0 to that x_n (:mod:`remat.replay`; its memory does not grow
+    with n).  Values are compared by a CRC-32 of about 64 elements of each
+    array, spaced by a prime stride, so it costs the same for any state size;
     ``check_replay="full"`` reads every element;
-    ``check_replay=False`` checks no values).  ``trace=True`` records the bytes held
+    ``check_replay=False`` checks no values.  ``trace=True`` records the bytes held
     after every action (for :func:`remat.plot.memory_timeline`);
     ``snapshot_device="cpu"`` keeps snapshots in host memory while the steps
     run on the GPU.  ``policy`` (:mod:`remat.policies`) is selective

@@ -23,9 +23,11 @@ checkpointing, and those of ``xs`` gather in one buffer per input.
 
 A state is a pytree of arrays (:mod:`remat.pytree`) plus the random-number
 generator's state, so a step that draws random numbers replays them exactly
-when it is recomputed.  The *replay check* verifies that every recomputed step
-gives what it gave the first time (structure, shapes and dtypes always; the
-values' fingerprints unless ``check_replay=False``).  Everything is counted
+when it is recomputed.  The *replay check* verifies that recomputed steps
+reproduce their first run: the structure, shapes and dtypes of every
+recomputed step's outputs; their values (unless ``check_replay=False``) by
+fingerprints compared where taped runs meet, in memory that does not grow
+with n (:mod:`remat.replay` says what it guarantees).  Everything is counted
 as it happens: ``stats`` reports step evaluations, snapshots and bytes held.
 
 Second order (``rm.hvp``, ``rm.grad`` of ``rm.grad``): a backward that is
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import copy
 import time
-from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -50,6 +51,7 @@ from .functional import forward_sweep
 from .ops import TENSOR_NAMESPACE
 from .ops.core import Op
 from .pytree import flatten, unflatten
+from .replay import FirstRun, Junctions, junction_error
 from .selective import Reusing, Saving
 from .storage import DiskError, DiskStore
 from .tape import (
@@ -798,7 +800,7 @@ class ChainRun:
         self.chain = chain
         self.schedule = schedule
         self.actions = iter(schedule)
-        self.specs = {0: spec0}  # position -> Spec of x_position, learned going forward
+        self.specs = [spec0]  # position -> Spec of x_position, learned going forward
         # a loop over one Tensor: call_step takes a short path (bench_loop's tiny steps)
         self.short = chain.step is not None and spec0.tree.kind == "leaf"
         self.floating = self.short and backend.is_floating(spec0.dtypes[0])
@@ -824,8 +826,10 @@ class ChainRun:
         self.tapes = {}  # step index -> StepTape
         self.reached = 0  # how many steps have been evaluated at least once
         self.forward = Forward()  # the forward sweep starts now (run_forward, or a measuring run)
-        self.first = array("L")  # step i -> fingerprint of its outputs the first time it ran
-        self.ys = {}  # step index -> y_i's leaf arrays, from the forward sweep
+        self.first_run = FirstRun()  # what the replay check compares with (remat.replay)
+        self.junctions = Junctions()  # and where taped runs meet
+        self.taped_end = None  # (arrays, fingerprint) of where the last Tape ended, if current
+        self.ys = []  # the stacked ys, a buffer per leaf: row i is y_i, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(self.byte_limit)  # Tape(memory=): its budget
         self.keeping = None  # a KeepingRun's: step index -> what its first run kept
@@ -878,7 +882,8 @@ class ChainRun:
                 data = out._data
                 spec = self.specs[0]
                 if data.shape == spec.shapes[0] and data.dtype == spec.dtypes[0]:
-                    self.check_short(i, data, taped)
+                    if i == self.reached:  # the values: where taped runs meet (tape_steps)
+                        self.reached += 1
                     return (data,), [t.node], [out]
             return self.finish_step(i, marker, out, None, [t.node], taped)  # explains what is off
 
@@ -921,34 +926,25 @@ class ChainRun:
         self.check_step(i, tree, out_arrays, y_tree, y_arrays, taped)
         return out_arrays, nodes, outputs
 
-    def check_short(self, i, data, taped):
-        """check_step for a state of one Tensor whose shape and dtype are known to fit."""
-        if i == self.reached:
-            self.reached += 1
-            if self.check_values:
-                self.first.append(backend.replay_fingerprint(data))
-        elif taped and self.check_values and backend.replay_fingerprint(data) != self.first[i]:
-            raise self.replay_error(i, "different values (the same shape and dtype)")
-
     def spec_at(self, i):
         """The Spec of x_i (a loop's and a scan's states all have x_0's)."""
         return self.specs[0] if self.chain.same_spec else self.specs[i]
 
     def check_step(self, i, tree, arrays, y_tree, y_arrays, taped):
-        """Spec of x_{i+1} (and y_i) as expected; when step i is taped again, the values.
+        """Spec of x_{i+1} (and y_i) as expected; when step i is taped again, y_i's values.
 
         The forward sweep evaluates the steps in order, so step i runs for the
-        first time when ``i == self.reached``: what it gives then is learned
-        (a CRC-32 of all its outputs, 4 bytes a step).  Values
-        are compared when a step is taped again, since the gradient is made of
-        the taped steps alone: a step recomputed untaped only leads to a later
-        taped one, whose output would differ in turn.
+        first time when ``i == self.reached``: what it gives then is learned.
+        The values of x_{i+1} are checked where taped runs meet (:mod:`remat.replay`);
+        those of y_i here, when step i is taped again (a CRC-32 a step, kept from its
+        first run), since the gradient is made of the taped steps alone.
         """
         if i == self.reached:
             self.reached += 1
             if not self.chain.same_spec:
                 refuse_complex_leaves(arrays, f"{self.chain.name(i)}: leaf {{}} of its state")
-                self.specs[i + 1] = Spec.of(tree, arrays)
+                last = self.specs[i]  # shared when equal: a chain's layers mostly keep it
+                self.specs.append(last if last.fits(tree, arrays) else Spec.of(tree, arrays))
             elif not self.specs[0].fits(tree, arrays):
                 raise StepOutputError(
                     f"{self.chain.name(i)} returned a state with "
@@ -966,9 +962,13 @@ class ChainRun:
                         f"{self.ys_spec.differs(Spec.of(y_tree, y_arrays))}; every step's y "
                         "must agree, so that they stack"
                     )
-                self.ys[i] = y_arrays
-            if self.check_values:
-                self.first.append(fingerprint_all(arrays + y_arrays, self.full))
+                if i == 0:  # a scan: as long as its xs
+                    n = self.chain.xs[0].shape[0]
+                    self.ys = [backend.zeros((n, *a.shape), a.dtype, like=a) for a in y_arrays]
+                for buffer, a in zip(self.ys, y_arrays):
+                    buffer[i] = a
+            if self.check_values and y_tree is not None:
+                self.first_run.ys.append(fingerprint_all(y_arrays, self.full))
             return
         wrong = None
         if not self.spec_at(i + 1).fits(tree, arrays):
@@ -978,18 +978,39 @@ class ChainRun:
         elif (
             taped
             and self.check_values
-            and fingerprint_all(arrays + y_arrays, self.full) != self.first[i]
+            and y_tree is not None
+            and fingerprint_all(y_arrays, self.full) != self.first_run.ys[i]
         ):
-            wrong = "different values (the same structure, shapes and dtypes)"
+            wrong = "y with different values (the same structure, shapes and dtypes)"
         if wrong is not None:
-            raise self.replay_error(i, wrong)
+            raise self.replay_error(
+                f"{self.chain.name(i)} was recomputed from its stored input and returned "
+                f"{wrong} than its first run."
+            )
 
-    def replay_error(self, i, wrong):
+    def replay_error(self, what):
         cause = self.forward.what_changed()
-        return ReplayError(
-            f"{self.chain.name(i)} was recomputed from its stored input and returned "
-            f"{wrong} than its first run. {cause or REPLAY_CAUSES}"
-        )
+        return ReplayError(f"{what} {cause or REPLAY_CAUSES}")
+
+    def fingerprint(self, arrays, width=None):
+        """The replay check's fingerprint of state ``arrays`` (its first ``width``:
+        a TangentRun's state ends with the tangents), None when off.  Taken once: a
+        Tape action that goes on from where the last one ended reuses it."""
+        if not self.check_values:
+            return None
+        ended = self.taped_end
+        if ended is not None and ended[0] is arrays:
+            return ended[1]
+        return fingerprint_all(arrays[:width], self.full)
+
+    def meet(self, i):
+        """Before step i is reversed: the state its taped run returned must be the one
+        step i+1 was taped at (:mod:`remat.replay`)."""
+        recomputed = self.junctions.meet(i)
+        if recomputed is not None:
+            last = i == self.stats.steps - 1
+            chain = self.chain
+            raise self.replay_error(junction_error(chain.owner, chain.name, i, recomputed, last))
 
     def expect_position(self, action, index):
         if self.position != index:
@@ -1002,6 +1023,7 @@ class ChainRun:
     # -- the actions --
     def advance(self, action):
         self.expect_position(action, action.start)
+        self.taped_end = None
         arrays, rng = self.current
         backend.set_random_state(rng)
         spill = step_recorder(self.check_replay)  # what a step records under enable_grad
@@ -1020,6 +1042,7 @@ class ChainRun:
         # One recorder for the action, emptied after each step (tape_call, inlined: bench_overheads'
         # tiny-step rows pay its cost once an action instead of once a step).
         recorder = step_recorder(self.check_replay)
+        at = self.fingerprint(arrays)  # of x_i, the state step i is taped at
         with Recording(recorder, True):
             for i in range(action.start, action.stop):
                 recomputed = i < self.reached
@@ -1035,11 +1058,16 @@ class ChainRun:
                 saved = saved_by(records, floor, inputs)
                 self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
                 self.held.hold(saved)
+                if at is not None:
+                    returned = fingerprint_all(arrays, self.full)
+                    self.junctions.taped(i, at, returned, recomputed)
+                    at = returned
                 self.mark()
                 if self.online_forward and self.stop_online(i + 1, arrays):
                     break
         self.current = (arrays, backend.random_state())
         self.position = i + 1
+        self.taped_end = None if at is None else (arrays, at)
 
     def stop_online(self, n, arrays):
         """After an online step: tell the schedule if the loop has ended at x_n."""
@@ -1072,6 +1100,7 @@ class ChainRun:
     def discard(self, action):
         for i in range(action.start, action.stop):
             self.held.release(self.tapes.pop(i).saved)
+            self.junctions.drop(i)
 
     def snapshot(self, action):
         self.expect_position(action, action.step)
@@ -1097,6 +1126,7 @@ class ChainRun:
         self.stats.peak_snapshots = max(self.stats.peak_snapshots, in_memory)
 
     def restore(self, action):
+        self.taped_end = None
         step, arrays, rng, found, seq = self.slots[(action.level, action.slot)]
         if step != action.step:
             raise LoopError(f"schedule asked for {action} but that slot holds x_{step}")
@@ -1143,6 +1173,7 @@ class ChainRun:
                 f"schedule {self.schedule!r} asked for {action}, which needs the loop's "
                 "inverse: tape.loop(step, state, steps=n, inverse=...)"
             )
+        self.taped_end = None
         arrays, rng = self.current
         spec = self.spec_at(action.stop)
         for i in range(action.stop - 1, action.start - 1, -1):
@@ -1196,6 +1227,7 @@ class ChainRun:
 
     def reverse(self, action):
         for i in range(action.stop - 1, action.start - 1, -1):
+            self.meet(i)
             step_tape = self.tapes.pop(i)
             grads = reverse_step(self.outer_sweep, step_tape, self.seeds(i, self.cotangent))
             self.cotangent = self.gather(i, grads, self.xs_grads, step_tape)
@@ -1256,17 +1288,14 @@ class ChainRun:
             raise LoopError(f"schedule {self.schedule!r} ended before EndForward")
         if not hasattr(self.actions, "finish"):  # online runs counted it at their end
             self.stats.steps = self.position
+        if not again:  # the x_n the user holds: the last taped step must return it
+            self.first_run.final = self.fingerprint(self.current[0])
         self.stats.peak_bytes = self.held.peak
         if self.disk is not None:
             self.count_disk()
         ys = ()
         if self.chain.has_ys and not again:
-            n = self.stats.steps
-            ys = tuple(
-                backend.xp.stack([self.ys[i][k] for i in range(n)])
-                for k in range(len(self.ys_spec.shapes))
-            )
-            self.ys = {}
+            ys, self.ys = tuple(self.ys), []
         self.stats.seconds += time.perf_counter() - start
         return self.current[0], ys
 
@@ -1281,6 +1310,7 @@ class ChainRun:
         ]
         self.ys_cotangent = cotangent.parts[width:]
         self.xs_grads = [None] * len(self.chain.xs)  # made when a cotangent arrives
+        self.junctions.begin(self.first_run.final)
         rng_after_forward = backend.random_state()
         start = time.perf_counter()
         try:
@@ -1331,6 +1361,12 @@ class ChainRun:
         finally:
             backend.set_random_state(outer_rng)
             self.stats.forward_steps = counted  # these evaluations are jvp's, not the loop's
+        if n and self.check_values and self.fingerprint(arrays) != self.first_run.final:
+            raise self.replay_error(  # one taped run from x_0: where it ends is checked
+                f"{self.chain.name(n - 1)} was recomputed from its stored input (the chain "
+                "run again from x_0 for its tangents) and returned different values (the same "
+                "structure, shapes and dtypes) than its first run (the x_n the forward returned)."
+            )
         stacked = [backend.xp.stack(column) for column in zip(*y_tangents)] if y_tangents else []
         return t_state + (stacked if self.chain.has_ys else [])
 
@@ -1376,7 +1412,8 @@ class ChainRun:
         run.online_forward = hasattr(run.actions, "finish")
         run.until, run.max_steps = None, self.stats.steps  # the length is known now
         run.current, run.position = self.start, 0
-        run.slots, run.tapes, run.ys = {}, {}, {}
+        run.slots, run.tapes, run.ys = {}, {}, []
+        run.junctions, run.taped_end = Junctions(), None  # its own; its first_run is this one's
         run.disk = None  # its disk slots are files of its own (the first run's are gone)
         run.inverted = None
         run.keeping = None  # a policy's kept values went with the first backward: recompute
@@ -1408,8 +1445,9 @@ class ChainRun:
         self.tapes.clear()
         if self.keeping:
             self.keeping.clear()
+        self.junctions, self.taped_end = Junctions(), None
         if self.start is None:  # else kept: runs again are checked against them
-            self.first = array("L")
+            self.first_run = FirstRun()
         self.held = Holdings()
         self.current = (None, None)
         self.cotangent = self.outer_sweep = self.ys_cotangent = self.xs_grads = None
@@ -1620,6 +1658,7 @@ class TangentRun(ChainRun):
 
     def advance(self, action):
         self.expect_position(action, action.start)
+        self.taped_end = None
         state, rng = self.current
         backend.set_random_state(rng)
         for i in range(action.start, action.stop):
@@ -1632,18 +1671,25 @@ class TangentRun(ChainRun):
         self.expect_position(action, action.start)
         state, rng = self.current
         backend.set_random_state(rng)
+        at = self.fingerprint(state, len(state) // 2)  # x_i's leaves, then their tangents
         for i in range(action.start, action.stop):
             state, step_tape = self.step_forward(i, state)
             self.tapes[i] = step_tape
             self.held.hold(step_tape.saved)
+            if at is not None:  # every step of a run again is a recomputation
+                returned = fingerprint_all(state[: len(state) // 2], self.full)
+                self.junctions.taped(i, at, returned, True)
+                at = returned
             self.mark()
             if self.online_forward and self.stop_online(i + 1, state):
                 break
         self.current = (state, backend.random_state())
         self.position = i + 1
+        self.taped_end = None if at is None else (state, at)
 
     def reverse(self, action):
         for i in range(action.stop - 1, action.start - 1, -1):
+            self.meet(i)
             step_tape = self.tapes.pop(i)
             grads, grad_tangents = self.reverse_with_tangents(
                 step_tape,
