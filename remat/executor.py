@@ -833,6 +833,9 @@ class ChainRun:
             depth = self.as_deep() if taped and self.grad_depth else None
             try:
                 out = chain.step(t)
+            except Exception as error:
+                name_error(chain.name(i), error)
+                raise
             finally:
                 if depth is not None:
                     GRAD_DEPTH.reset(depth)
@@ -860,6 +863,9 @@ class ChainRun:
             state = unflatten(self.spec_at(i).tree, state_in)
             x = unflatten(chain.xs_tree, x_in) if chain.xs_tree is not None else None
             new_state, y = chain.call(i, state, x)
+        except Exception as error:
+            name_error(chain.name(i), error)
+            raise
         finally:
             if depth is not None:
                 GRAD_DEPTH.reset(depth)
@@ -1109,9 +1115,15 @@ class ChainRun:
         for i in range(action.stop - 1, action.start - 1, -1):
             self.evaluating = i
             state = unflatten(spec.tree, [Tensor._wrap(a) for a in arrays])
-            with no_grad():
-                result = inverse(state)
-            arrays = self.inverse_leaves(i, result, spec)
+            try:
+                with no_grad():
+                    result = inverse(state)
+            except Exception as error:
+                name_error(f"{self.chain.name(i)}: inverse(x_{i + 1})", error)
+                raise
+            rebuilt = self.inverse_leaves(i, result, spec)
+            self.refuse_nonfinite(i, rebuilt, arrays)
+            arrays = rebuilt
         self.current = (arrays, rng)
         self.position = self.inverted = action.start
 
@@ -1127,6 +1139,22 @@ class ChainRun:
                 "dtypes as the loop's state)"
             )
         return arrays
+
+    def refuse_nonfinite(self, i, rebuilt, given):
+        """Refuse x_i as ``inverse(x_{i+1})`` rebuilt it (``given``: x_{i+1}'s arrays) if a
+        value is NaN or inf: no comparison may let it through (``max(0.0, nan)`` is 0.0)."""
+        for k, a in enumerate(rebuilt):
+            bad = backend.count_nonfinite(a)
+            if bad:
+                raise LoopError(
+                    f"tape.loop(inverse=...): inverse(x_{i + 1}) returned x_{i} (the input of "
+                    f"step {i}) with {bad} of its {a.size} values NaN or inf in state leaf {k} "
+                    f"(shape {a.shape}, {a.dtype}); x_{i + 1} held "
+                    f"{backend.count_nonfinite(given[k])} there. A reversible loop's states "
+                    "must be finite: gradients from such a state would be NaN or wrong. Check "
+                    "the inverse over its domain (a root or a log of a negative number?), or "
+                    "run the loop without inverse="
+                )
 
     def compare_reconstruction(self, step, exact, rng):
         """The state the inverse recomputed (current) against the exact x_step restored."""
@@ -1157,6 +1185,7 @@ class ChainRun:
 
     def reverse(self, action):
         for i in range(action.stop - 1, action.start - 1, -1):
+            self.evaluating = i  # for the error of a VJP that fails
             step_tape = self.tapes.pop(i)
             grads = reverse_step(self.outer_sweep, step_tape, self.seeds(i, self.cotangent))
             self.cotangent = self.gather(i, grads, self.xs_grads, step_tape)
@@ -1253,10 +1282,11 @@ class ChainRun:
                 except (LoopError, EscapeError, BackwardError, DiskError):  # named already
                     raise
                 except Exception as error:
+                    name = self.chain.name(self.evaluating)
+                    doing = BACKWARD_DOING.get(type(action), "being recomputed")
                     raise LoopError(
-                        f"{self.chain.name(self.evaluating)} raised "
-                        f"{type(error).__name__} while being recomputed in backward "
-                        f"({action}): {error}"
+                        f"{name} raised {type(error).__name__} while {doing} in backward "
+                        f"({action}): {str(error).removeprefix(name + ': ')}"
                     ) from error
             self.deliver(sweep, self.cotangent, self.xs_grads)
         finally:
@@ -1421,15 +1451,35 @@ HANDLERS: dict[Any, Callable[..., Any]] = {
 ChainRun.HANDLERS = HANDLERS
 
 
+# what a step was doing when an error stopped it in backward, by kind of action
+BACKWARD_DOING = {schedules.Reverse: "being reversed", schedules.Invert: "being inverted"}
+
+# errors that name their step (or function) already
+NAMED_ERRORS = (LoopError, EscapeError, BackwardError, DiskError)
+
+
+def name_error(name: str, error: BaseException) -> None:
+    """Name the step that raised ``error`` (``name``: "tape.chain: step 5 (f)") in it.
+
+    The error keeps its type (code that catches a ShapeError, or its own exception,
+    still does): a plain message (one string argument, the default ``__str__``)
+    gets the name in front, ``"tape.chain: step 5 (f): matmul: shapes ..."``; any
+    other error gets it as a note in its traceback (Python 3.11+).  Nested chains
+    each add theirs, outermost first.
+    """
+    if isinstance(error, NAMED_ERRORS):
+        return
+    args = error.args
+    if len(args) == 1 and isinstance(args[0], str) and type(error).__str__ is Exception.__str__:
+        error.args = (f"{name}: {args[0]}",)
+    elif hasattr(error, "add_note"):  # Python 3.11+
+        getattr(error, "add_note")(f"raised in {name}")
+
+
 def relative_difference(arrays: Sequence[Any], exact: Sequence[Any]) -> float:
-    """The largest ``|a - b|`` over the leaves, each relative to ``max |b|`` of its leaf."""
-    worst = 0.0
-    for a, b in zip(arrays, exact):
-        if a.size == 0:
-            continue
-        scale = float(abs(b).max()) or 1.0
-        worst = max(worst, float(abs(a - b).max()) / scale)
-    return worst
+    """The largest ``|a - b|`` over the leaves, each relative to ``max |b|`` of its leaf
+    (inf where a NaN or an inf differs: see backend.relative_difference)."""
+    return max(map(backend.relative_difference, arrays, exact), default=0.0)
 
 
 # --- second order: a recorded backward, and the chain run with tangents -------------

@@ -123,6 +123,47 @@ def test_drift_beyond_the_tolerance_raises_and_stored_states_bound_it():
     np.testing.assert_allclose(x.grad, np.ones(5), rtol=1e-6)
 
 
+def cubic():
+    """x -> x^3 - 1/2, with the inverse (x + 1/2)^(1/3) taken by a power: NaN below -1/2."""
+
+    def step(x):
+        return x * x * x - 0.5
+
+    def inverse(x):
+        return (x + 0.5) ** (1.0 / 3.0)
+
+    return step, inverse
+
+
+# guards: a NaN from the inverse passed the drift check (max(0.0, nan) is 0.0), the gradient
+# came out NaN with no error, and reconstruction_error read 0.0
+@pytest.mark.parametrize("snapshots", [1, 2, 4])
+def test_an_inverse_that_returns_nan_is_refused_naming_the_step(snapshots):
+    step, inverse = cubic()
+    x = rm.tensor(np.array([0.5, 0.6]), requires_grad=True)  # x_2 + 1/2 < 0: inverse(x_2) is NaN
+    with rm.Tape(snapshots=snapshots) as tape:  # the check at x_0 passes: x_1 + 1/2 > 0
+        loss = tape.loop(step, x, steps=3, inverse=inverse).sum()
+    with pytest.raises(rm.LoopError) as caught, np.errstate(invalid="ignore"):
+        loss.backward()
+    message = str(caught.value)
+    assert "inverse(x_2) returned x_1" in message and "step 1" in message
+    assert "2 of its 2 values NaN or inf" in message and "shape (2,)" in message
+    assert x.grad is None
+
+
+# guards: relative_difference took max(0.0, nan) = 0.0, so a NaN or inf read as no difference
+def test_a_nan_or_inf_is_never_a_small_reconstruction_error():
+    from remat.executor import relative_difference
+
+    exact = [np.array([1.0, 2.0]), np.array([3.0])]
+    for bad in (np.nan, np.inf, -np.inf):
+        assert relative_difference([np.array([1.0, bad]), np.array([3.0])], exact) == np.inf
+        assert relative_difference([np.array([1.0, 2.0]), np.array([bad])], exact) == np.inf
+        same = [np.array([1.0, bad])]  # the exact state non-finite too: equal values differ by 0
+        with np.errstate(invalid="ignore"):
+            assert relative_difference(same, [np.array([1.0, bad])]) == 0.0
+
+
 def test_a_wrong_inverse_is_caught_before_any_gradient():
     step, _ = revnet(rm.tensor(W1), rm.tensor(W2))
     x = (rm.tensor(np.ones((2, 8)), requires_grad=True), rm.tensor(np.ones((2, 8))))
