@@ -261,9 +261,12 @@ class Tape(Recorder):
         the largest relative difference seen where a recomputed state meets
         an exact one (and ``inverse(step(x_0))`` against ``x_0``, checked
         first).  One above the square root of the dtype's epsilon raises a
-        LoopError.  The steps must not draw random numbers.  The replay check
-        compares structure, shapes and dtypes only: the states a reversible
-        loop tapes from are recomputed, so their values differ by rounding.
+        LoopError, as does an inverse that returns a NaN or an inf.  Under
+        ``rm.Tape(memory=)`` the slots are those that fit the budget
+        (:func:`remat.memory.plan_reversible`).  The steps must not draw
+        random numbers.  The replay check compares structure, shapes and
+        dtypes only: the states a reversible loop tapes from are recomputed,
+        so their values differ by rounding.
 
         >>> import remat as rm
         >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
@@ -307,6 +310,12 @@ class Tape(Recorder):
             inverse=inverse,
         )
         if inverse is not None and steps is not None:  # (until= was refused with inverse=)
+            if self.byte_limit is not None:  # as many exact states as fit (2 at most)
+                schedule, costs = _memory.plan_reversible(self, chain, state, steps)
+                result = run_chain(self, chain, state, schedule)[0]
+                self.plans.append((schedule, costs))
+                self.loops[-1].memory, self.loops[-1].plan = self.byte_limit, "measured"
+                return result
             slots = self.policy.snapshots or 2  # no slot count: x_0 and the working slot
             return run_chain(self, chain, state, schedules.Reversible(steps, slots))[0]
         if self.disk_snapshots is not None:

@@ -5,6 +5,8 @@ store-all in float64, for memory that does not grow with n, for the
 reconstruction error in the stats, and for the errors of a bad inverse.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -221,6 +223,27 @@ def test_any_tape_reverses_with_the_inverse(tape_kwargs):
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
     assert tape.stats.schedule == "Reversible" and tape.stats.disk_writes == 0
+
+
+# guards: under a small byte budget a reversible loop stopped with a message about the plan
+# cache; it now keeps as many exact states as fit (x_0 where it can), or gives the least budget
+def test_a_byte_budget_chooses_the_exact_states_or_gives_the_least_that_works():
+    expected, _ = grads(12, inverse=False)
+    with pytest.raises(ValueError, match="reversible loop") as caught:
+        grads(12, memory=600)
+    least = int(re.search(r"least budget that works is memory=(\d+) bytes", str(caught.value))[1])
+    assert "plan cache" not in str(caught.value)
+    state = 2 * 4 * 8 * 8  # two (4, 8) float64 leaves
+    for budget, slots in ((least, 1), (least + state, 2), (2**20, 2)):
+        got, tape = grads(12, memory=budget)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
+        stats = tape.stats
+        assert stats.snapshots == slots and stats.peak_bytes <= budget == stats.memory
+    with pytest.raises(ValueError, match=f"memory={least - 1} bytes is too small"):
+        grads(12, memory=least - 1)
+    with pytest.raises(ValueError, match="snapshots=3"):  # asked for, and over the budget
+        grads(12, memory=least + state, schedule="revolve", snapshots=3)
 
 
 def test_a_single_step_needs_no_inverse_call():
