@@ -1156,6 +1156,23 @@ class ChainRun:
                     "run the loop without inverse="
                 )
 
+    def refuse_nonfinite_output(self, i, step_tape):
+        """Refuse step i's outputs, taped from x_i as the inverse rebuilt it, if one holds
+        a NaN or an inf: the rebuilt x_i is finite but off by rounding (a root of -1e-300
+        where the exact value was 0), and the gradient would come from those values."""
+        for k, t in enumerate(step_tape.outputs):
+            bad = backend.count_nonfinite(t._data)
+            if bad:
+                raise LoopError(
+                    f"tape.loop(inverse=...): step {i}, taped again in backward from x_{i} as "
+                    f"the inverse rebuilt it, returned {bad} of {t._data.size} values NaN or "
+                    f"inf in output leaf {k} (shape {t._data.shape}, {t._data.dtype}). A "
+                    "reversible loop's states must be finite; a rebuilt state differs from the "
+                    "exact one by rounding, which the step must tolerate (a root or a log at 0?). "
+                    "Store exact states with rm.Tape(snapshots=s), or run the loop without "
+                    "inverse="
+                )
+
     def compare_reconstruction(self, step, exact, rng):
         """The state the inverse recomputed (current) against the exact x_step restored."""
         rebuilt, rebuilt_rng = self.current
@@ -1187,6 +1204,8 @@ class ChainRun:
         for i in range(action.stop - 1, action.start - 1, -1):
             self.evaluating = i  # for the error of a VJP that fails
             step_tape = self.tapes.pop(i)
+            if self.inverted == i:  # taped from x_i as the inverse rebuilt it
+                self.refuse_nonfinite_output(i, step_tape)
             grads = reverse_step(self.outer_sweep, step_tape, self.seeds(i, self.cotangent))
             self.cotangent = self.gather(i, grads, self.xs_grads, step_tape)
             self.held.release(step_tape.saved)

@@ -153,6 +153,22 @@ def test_an_inverse_that_returns_nan_is_refused_naming_the_step(snapshots):
     assert x.grad is None
 
 
+# guards: a step taped again from a state the inverse rebuilt (finite, off by rounding) gave NaN
+# where the first run did not (sqrt(-1e-300)), and the gradient came out NaN with no error
+def test_a_step_that_turns_nan_on_a_rebuilt_state_is_refused_naming_the_step():
+    def inverse(x):  # off by 1e-300: within any tolerance, but below 0 where x is 0
+        return x * x - 1e-300
+
+    x = rm.tensor(np.array([0.0, 1.0]), requires_grad=True)
+    with rm.Tape(snapshots=1) as tape:
+        loss = tape.loop(rm.sqrt, x, steps=4, inverse=inverse).sum()
+    with pytest.raises(rm.LoopError) as caught, np.errstate(all="ignore"):
+        loss.backward()
+    message = str(caught.value)
+    assert "step 2, taped again in backward from x_2 as the inverse rebuilt it" in message
+    assert "1 of 2 values NaN or inf in output leaf 0 (shape (2,)" in message
+
+
 # guards: relative_difference took max(0.0, nan) = 0.0, so a NaN or inf read as no difference
 def test_a_nan_or_inf_is_never_a_small_reconstruction_error():
     from remat.executor import relative_difference
