@@ -358,6 +358,10 @@ def test_errors_in_either_sweep_name_the_step_that_raised_them(form, monkeypatch
     if hasattr(caught.value, "add_note"):
         assert caught.value.__notes__[0].startswith(f"raised in tape.{form}: step 1")
 
+    with rm.Tape(snapshots=2) as tape:  # the 9th evaluation: a recomputation in backward
+        out = FORMS[form](tape, failing_at(9, ValueError("bad value")), x)
+    with pytest.raises(rm.LoopError, match=rf"^tape.{form}: step \d .*recomputed.*: bad value$"):
+        out.sum().backward()
     # a VJP failing at its 3rd call, reversing step 5 of 8 under store-all (7, 6, then 5)
     op, calls = rm.OPS["sin"], [0]
     real = op.vjps[0]
