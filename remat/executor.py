@@ -1298,7 +1298,7 @@ class ChainRun:
                     break
                 try:
                     self.carry_out(action)
-                except (LoopError, EscapeError, BackwardError, DiskError):  # named already
+                except NAMED_ERRORS:  # named already
                     raise
                 except Exception as error:
                     name = self.chain.name(self.evaluating)
