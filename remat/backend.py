@@ -16,6 +16,7 @@ first asked for, so remat never needs CuPy unless a GPU is used).
 
 from __future__ import annotations
 
+import io
 import threading
 import zlib
 from collections.abc import Iterable
@@ -297,6 +298,21 @@ def save_arrays(file: Any, arrays: Iterable[Any]) -> int:
     return written
 
 
+def saved_bytes(arrays: Iterable[Any]) -> int:
+    """The bytes :func:`save_arrays` writes for ``arrays``: each one's .npy header (the
+    format version ``np.save`` picks: 1.0, or 2.0 for a header too long for it) and data."""
+    total = 0
+    for array in arrays:
+        header = io.BytesIO()
+        fields = np.lib.format.header_data_from_array_1_0(array)
+        try:
+            np.lib.format.write_array_header_1_0(header, fields)
+        except ValueError:
+            np.lib.format.write_array_header_2_0(header, fields)
+        total += header.tell() + array.nbytes
+    return total
+
+
 def load_arrays(file: Any, devices: Iterable[str]) -> tuple[Any, ...]:
     """Read back what :func:`save_arrays` wrote, one array per entry of ``devices``
     (where each goes: "cpu" or "cuda"), bit for bit."""
@@ -310,6 +326,34 @@ def reconstruction_tolerance(dtype: Any) -> float:
     if not is_floating(dtype):
         return 0.0
     return float(np.finfo(dtype).eps) ** 0.5
+
+
+def count_nonfinite(array: Any) -> int:
+    """How many of ``array``'s values are NaN or +-inf (0 for an integer or bool array)."""
+    if not is_floating(array.dtype):
+        return 0
+    xp_ = namespace(array)
+    return int(array.size - xp_.count_nonzero(xp_.isfinite(array)))
+
+
+def relative_difference(a: Any, b: Any) -> float:
+    """The largest ``|a - b|`` relative to the largest finite ``|b|`` (1 if that is 0).
+
+    NaN never reads as small: positions where ``a`` and ``b`` are equal (inf and
+    inf, NaN and NaN) differ by 0, and any other position holding a NaN or an
+    inf makes the difference inf (``max(0.0, nan)`` is 0.0 in Python, and NumPy's
+    ``nan > tol`` is False, so a plain comparison would let a NaN through).
+    """
+    if a.size == 0:
+        return 0.0
+    xp_ = namespace(a)
+    if not is_floating(a.dtype):
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = (a == b) | (xp_.isnan(a) & xp_.isnan(b))
+        worst = float(xp_.where(same, 0, xp_.abs(a - b)).max())
+        scale = float(xp_.where(xp_.isfinite(b), xp_.abs(b), 0).max()) or 1.0
+    return worst / scale if worst == worst else float("inf")
 
 
 def zeros(shape, dtype, like=None):

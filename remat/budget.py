@@ -17,6 +17,7 @@ States, carries, inputs and outputs are pytrees of Tensors (or arrays).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from . import memory as _memory
 from .executor import Chain, LoopError, LoopStats, run_chain
 from .pytree import flatten
 from .schedules.arguments import require_count
+from .storage import DiskError
 from .tape import Recorder
 from .tensor import Tensor
 
@@ -164,10 +166,12 @@ class Tape(Recorder):
     ``snapshots=s`` (which may then be 0): its chains run the optimal
     two-level schedule, :class:`remat.schedules.TwoLevel`, with the write and
     read costs measured on the first chain (:mod:`remat.disk`).  Disk
-    snapshots are files in a fresh folder inside ``disk_dir`` (an existing
-    folder; None: the system's temporary folder), removed after backward, on
-    any error and at exit (:mod:`remat.storage`); ``tape.stats`` counts the
-    disk writes, reads and bytes.  ``disk_dir`` also serves a schedule
+    snapshots are files in a fresh folder inside ``disk_dir`` (a str, bytes
+    or path-like naming an existing folder you may write in, checked here;
+    None: the system's temporary folder), removed after backward, on any
+    error and at exit (:mod:`remat.storage`); each file's size is checked
+    once written (a write cut short raises :class:`remat.DiskError`);
+    ``tape.stats`` counts the disk writes, reads and bytes.  ``disk_dir`` also serves a schedule
     object that writes to disk (``schedule=DiskRevolve(...)``).
 
     ``tape.loop(..., inverse=inv)`` reverses a loop of invertible steps by
@@ -197,7 +201,7 @@ class Tape(Recorder):
         policy: policies.Policy | Callable[[str, str | None], bool] | None = None,
         memory: int | str | None = None,
         disk_snapshots: int | None = None,
-        disk_dir: str | os.PathLike[str] | None = None,
+        disk_dir: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
     ) -> None:
         super().__init__()
         self.byte_limit = self.memory_schedule = None
@@ -269,9 +273,12 @@ class Tape(Recorder):
         the largest relative difference seen where a recomputed state meets
         an exact one (and ``inverse(step(x_0))`` against ``x_0``, checked
         first).  One above the square root of the dtype's epsilon raises a
-        LoopError.  The steps must not draw random numbers.  The replay check
-        compares structure, shapes and dtypes only: the states a reversible
-        loop tapes from are recomputed, so their values differ by rounding.
+        LoopError, as does an inverse that returns a NaN or an inf.  Under
+        ``rm.Tape(memory=)`` the slots are those that fit the budget
+        (:func:`remat.memory.plan_reversible`).  The steps must not draw
+        random numbers.  The replay check compares structure, shapes and
+        dtypes only: the states a reversible loop tapes from are recomputed,
+        so their values differ by rounding.
 
         >>> import remat as rm
         >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
@@ -315,6 +322,12 @@ class Tape(Recorder):
             inverse=inverse,
         )
         if inverse is not None and steps is not None:  # (until= was refused with inverse=)
+            if self.byte_limit is not None:  # as many exact states as fit (2 at most)
+                schedule, costs = _memory.plan_reversible(self, chain, state, steps)
+                result = run_chain(self, chain, state, schedule)[0]
+                self.plans.append((schedule, costs))
+                self.loops[-1].memory, self.loops[-1].plan = self.byte_limit, "measured"
+                return result
             slots = self.policy.snapshots or 2  # no slot count: x_0 and the working slot
             return run_chain(self, chain, state, schedules.Reversible(steps, slots))[0]
         if self.disk_snapshots is not None:
@@ -499,12 +512,26 @@ def _check_disk_dir(disk_dir, disk_snapshots, schedule):
             f"Tape: disk_dir={disk_dir!r} is where disk snapshots go, but this tape writes "
             "none: pass disk_snapshots= (or a schedule object that uses the disk)"
         )
-    path = os.fspath(disk_dir)
+    try:
+        path = os.fsdecode(disk_dir)  # bytes too: tempfile takes a str folder with a str prefix
+    except TypeError:
+        raise TypeError(
+            "Tape: disk_dir must be a folder's path (a str, bytes or os.PathLike), got "
+            f"{disk_dir!r}"
+        ) from None
     if not os.path.isdir(path):
         raise ValueError(
             f"Tape: disk_dir={path!r} is not an existing folder; disk snapshots go into a "
             "fresh folder made inside it. Create it first, or leave disk_dir=None for the "
             "system's temporary folder"
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise DiskError(
+            errno.EACCES,
+            f"Tape: disk_dir={path!r} is not writable: disk snapshots go into a fresh folder "
+            "made inside it. Give a folder you may write in, or leave disk_dir=None for the "
+            "system's temporary folder",
+            path,
         )
     return path
 

@@ -874,6 +874,9 @@ class ChainRun:
             depth = self.as_deep() if taped and self.grad_depth else None
             try:
                 out = chain.step(t)
+            except Exception as error:
+                name_error(chain.name(i), error)
+                raise
             finally:
                 if depth is not None:
                     GRAD_DEPTH.reset(depth)
@@ -902,6 +905,9 @@ class ChainRun:
             state = unflatten(self.spec_at(i).tree, state_in)
             x = unflatten(chain.xs_tree, x_in) if chain.xs_tree is not None else None
             new_state, y = chain.call(i, state, x)
+        except Exception as error:
+            name_error(chain.name(i), error)
+            raise
         finally:
             if depth is not None:
                 GRAD_DEPTH.reset(depth)
@@ -1179,9 +1185,15 @@ class ChainRun:
         for i in range(action.stop - 1, action.start - 1, -1):
             self.evaluating = i
             state = unflatten(spec.tree, [Tensor._wrap(a) for a in arrays])
-            with no_grad():
-                result = inverse(state)
-            arrays = self.inverse_leaves(i, result, spec)
+            try:
+                with no_grad():
+                    result = inverse(state)
+            except Exception as error:
+                name_error(f"{self.chain.name(i)}: inverse(x_{i + 1})", error)
+                raise
+            rebuilt = self.inverse_leaves(i, result, spec)
+            self.refuse_nonfinite(i, rebuilt, arrays)
+            arrays = rebuilt
         self.current = (arrays, rng)
         self.position = self.inverted = action.start
 
@@ -1197,6 +1209,39 @@ class ChainRun:
                 "dtypes as the loop's state)"
             )
         return arrays
+
+    def refuse_nonfinite(self, i, rebuilt, given):
+        """Refuse x_i as ``inverse(x_{i+1})`` rebuilt it (``given``: x_{i+1}'s arrays) if a
+        value is NaN or inf: no comparison may let it through (``max(0.0, nan)`` is 0.0)."""
+        for k, a in enumerate(rebuilt):
+            bad = backend.count_nonfinite(a)
+            if bad:
+                raise LoopError(
+                    f"tape.loop(inverse=...): inverse(x_{i + 1}) returned x_{i} (the input of "
+                    f"step {i}) with {bad} of its {a.size} values NaN or inf in state leaf {k} "
+                    f"(shape {a.shape}, {a.dtype}); x_{i + 1} held "
+                    f"{backend.count_nonfinite(given[k])} there. A reversible loop's states "
+                    "must be finite: gradients from such a state would be NaN or wrong. Check "
+                    "the inverse over its domain (a root or a log of a negative number?), or "
+                    "run the loop without inverse="
+                )
+
+    def refuse_nonfinite_output(self, i, step_tape):
+        """Refuse step i's outputs, taped from x_i as the inverse rebuilt it, if one holds
+        a NaN or an inf: the rebuilt x_i is finite but off by rounding (a root of -1e-300
+        where the exact value was 0), and the gradient would come from those values."""
+        for k, t in enumerate(step_tape.outputs):
+            bad = backend.count_nonfinite(t._data)
+            if bad:
+                raise LoopError(
+                    f"tape.loop(inverse=...): step {i}, taped again in backward from x_{i} as "
+                    f"the inverse rebuilt it, returned {bad} of {t._data.size} values NaN or "
+                    f"inf in output leaf {k} (shape {t._data.shape}, {t._data.dtype}). A "
+                    "reversible loop's states must be finite; a rebuilt state differs from the "
+                    "exact one by rounding, which the step must tolerate (a root or a log at 0?). "
+                    "Store exact states with rm.Tape(snapshots=s), or run the loop without "
+                    "inverse="
+                )
 
     def compare_reconstruction(self, step, exact, rng):
         """The state the inverse recomputed (current) against the exact x_step restored."""
@@ -1227,8 +1272,11 @@ class ChainRun:
 
     def reverse(self, action):
         for i in range(action.stop - 1, action.start - 1, -1):
+            self.evaluating = i  # for the error of a VJP that fails
             self.meet(i)
             step_tape = self.tapes.pop(i)
+            if self.inverted == i:  # taped from x_i as the inverse rebuilt it
+                self.refuse_nonfinite_output(i, step_tape)
             grads = reverse_step(self.outer_sweep, step_tape, self.seeds(i, self.cotangent))
             self.cotangent = self.gather(i, grads, self.xs_grads, step_tape)
             self.held.release(step_tape.saved)
@@ -1319,13 +1367,14 @@ class ChainRun:
                     break
                 try:
                     self.carry_out(action)
-                except (LoopError, EscapeError, BackwardError, DiskError):  # named already
+                except NAMED_ERRORS:  # named already
                     raise
                 except Exception as error:
+                    name = self.chain.name(self.evaluating)
+                    doing = BACKWARD_DOING.get(type(action), "being recomputed")
                     raise LoopError(
-                        f"{self.chain.name(self.evaluating)} raised "
-                        f"{type(error).__name__} while being recomputed in backward "
-                        f"({action}): {error}"
+                        f"{name} raised {type(error).__name__} while {doing} in backward "
+                        f"({action}): {str(error).removeprefix(name + ': ')}"
                     ) from error
             self.deliver(sweep, self.cotangent, self.xs_grads)
         finally:
@@ -1498,15 +1547,35 @@ HANDLERS: dict[Any, Callable[..., Any]] = {
 ChainRun.HANDLERS = HANDLERS
 
 
+# what a step was doing when an error stopped it in backward, by kind of action
+BACKWARD_DOING = {schedules.Reverse: "being reversed", schedules.Invert: "being inverted"}
+
+# errors that name their step (or function) already
+NAMED_ERRORS = (LoopError, EscapeError, BackwardError, DiskError)
+
+
+def name_error(name: str, error: BaseException) -> None:
+    """Name the step that raised ``error`` (``name``: "tape.chain: step 5 (f)") in it.
+
+    The error keeps its type (code that catches a ShapeError, or its own exception,
+    still does): a plain message (one string argument, the default ``__str__``)
+    gets the name in front, ``"tape.chain: step 5 (f): matmul: shapes ..."``; any
+    other error gets it as a note in its traceback (Python 3.11+).  Nested chains
+    each add theirs, outermost first.
+    """
+    if isinstance(error, NAMED_ERRORS):
+        return
+    args = error.args
+    if len(args) == 1 and isinstance(args[0], str) and type(error).__str__ is Exception.__str__:
+        error.args = (f"{name}: {args[0]}",)
+    elif hasattr(error, "add_note"):  # Python 3.11+
+        getattr(error, "add_note")(f"raised in {name}")
+
+
 def relative_difference(arrays: Sequence[Any], exact: Sequence[Any]) -> float:
-    """The largest ``|a - b|`` over the leaves, each relative to ``max |b|`` of its leaf."""
-    worst = 0.0
-    for a, b in zip(arrays, exact):
-        if a.size == 0:
-            continue
-        scale = float(abs(b).max()) or 1.0
-        worst = max(worst, float(abs(a - b).max()) / scale)
-    return worst
+    """The largest ``|a - b|`` over the leaves, each relative to ``max |b|`` of its leaf
+    (inf where a NaN or an inf differs: see backend.relative_difference)."""
+    return max(map(backend.relative_difference, arrays, exact), default=0.0)
 
 
 # --- second order: a recorded backward, and the chain run with tangents -------------

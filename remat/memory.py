@@ -51,6 +51,10 @@ that runs an ``rm.checkpoint`` holds the tangents of all it outputs, which may
 be more than twice its tape: a tight plan for that run may then be stopped
 with a LoopError (a known limit).
 
+A reversible loop (``tape.loop(..., inverse=)``) is not planned this way: its
+schedule is :class:`~remat.schedules.Reversible`, and only how many exact
+states it keeps is chosen for the budget (:func:`plan_reversible`).
+
 Under ``rm.Tape(memory=..., policy=...)`` the chain's steps keep what the
 policy chooses (:mod:`remat.selective`), each from its first run until it is
 reversed: all of it is held at the end of the forward sweep.  Those bytes
@@ -310,19 +314,26 @@ def _size_the_rest(run, start, steps, state_bytes, tape_bytes):
         state_bytes.append(_nbytes(run.current[0]))
 
 
-def _refused(chain, memory, step, held, state_bytes, tape_bytes, alike=False):
+def _refused(tape, chain, memory, step, held, state_bytes, tape_bytes, alike=False):
     n = len(tape_bytes)
-    need = schedules.minimum_bytes(schedules.ChainCosts([0] * n, [0] * n, state_bytes, tape_bytes))
+    costs = schedules.ChainCosts([0] * n, [0] * n, state_bytes, tape_bytes)
+    name, snapshots = getattr(tape, "memory_schedule", None), tape.policy.snapshots
+    if name in (None, "optimal"):
+        name, plan = "optimal", "a valid schedule"
+    else:
+        plan = f"{name} with {snapshots or 1} slot{'s' if (snapshots or 1) > 1 else ''}"
+    need = least_plan_bytes(name, costs, snapshots)
     how = (
         "every step is taken to be alike"
         if alike
         else "the other steps' tapes were sized without being held"
     )
-    return ValueError(
+    return _TooSmall(
+        need,
         f"{chain.owner}: memory={memory} bytes is too small: step {step}'s tape alone would "
-        f"hold {held} bytes, and a valid schedule needs at least {need} bytes "
+        f"hold {held} bytes, and {plan} needs at least {need} bytes "
         f"({need / 2**20:.3f} MiB) under the measured sizes (measuring refused that tape "
-        f"before holding it; {how})"
+        f"before holding it; {how})",
     )
 
 
@@ -424,7 +435,7 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
                 _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
             except _OverBudget as refused:
                 sizes = [_nbytes(x0)] * (steps + 1), [refused.held] * steps
-                raise _refused(chain, memory, 0, refused.held, *sizes, alike=True) from None
+                raise _refused(tape, chain, memory, 0, refused.held, *sizes, alike=True) from None
             peak = tape_bytes
             fit = memory // tape_bytes if tape_bytes else SPAN  # a step may save nothing
             span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, fit))
@@ -454,7 +465,9 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
                 f, r, held, after = _time_steps(run, chain, i, i + 1, i + 1, steps, memory)
             except _OverBudget as refused:
                 _size_the_rest(run, i, steps, state_bytes, tape_bytes)
-                raise _refused(chain, memory, i, refused.held, state_bytes, tape_bytes) from None
+                raise _refused(
+                    tape, chain, memory, i, refused.held, state_bytes, tape_bytes
+                ) from None
             peak = max(peak, held)
             forward.append(f)
             reverse.append(r)
@@ -582,10 +595,19 @@ def measure_kept(tape, chain, state, steps, alike):
 # --- planning -------------------------------------------------------------------
 
 
+class _TooSmall(ValueError):
+    """A budget too small for a chain; ``least``: the fewest bytes that would do."""
+
+    def __init__(self, least, message):
+        super().__init__(message)
+        self.least = least
+
+
 def _too_small(form, memory, need):
-    return ValueError(
+    return _TooSmall(
+        need,
         f"{form}: memory={memory} bytes is too small for this chain: a valid schedule "
-        f"needs at least {need} bytes ({need / 2**20:.3f} MiB) under the measured costs"
+        f"needs at least {need} bytes ({need / 2**20:.3f} MiB) under the measured costs",
     )
 
 
@@ -732,7 +754,15 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         return (*entry[:3], "reused", planner)
     with Unobserved():  # a policy around this chain sees the chain's run, not these
         kinds = None if alike else [step_kind(f) for f in functions]
-        costs, _, overhead = measure_costs(tape, chain, state, steps, memory, alike, kinds=kinds)
+        try:
+            costs, _, overhead = measure_costs(
+                tape, chain, state, steps, memory, alike, kinds=kinds
+            )
+        except _TooSmall as error:  # (step 0's tape alone is over the budget)
+            if tape.recompute is None:
+                raise
+            kept = measure_kept(tape, chain, state, steps, alike)
+            raise _kept_too_much(chain.owner, memory, tape.recompute, kept, error.least) from None
         kept = 0 if tape.recompute is None else measure_kept(tape, chain, state, steps, alike)
     room = memory - kept  # what the slots and tapes may hold beside the policy's values
     try:
@@ -742,15 +772,11 @@ def plan_chain(tape, chain, state, steps, functions, alike):
             schedule = plan_optimal(costs, room, chain.owner)
         else:
             schedule = fitting_slots(name, costs, room, snapshots, chain.owner)
-    except ValueError as error:
+    except ValueError:
         if not kept:
             raise
-        raise ValueError(
-            f"{chain.owner}: memory={memory} bytes is too small with policy "
-            f"{tape.recompute!r}: it keeps {kept} bytes over the chain's steps (each step's "
-            f"values from its first run until it is reversed), which leaves {room} bytes "
-            f"for the plan's slots and tapes: {error}"
-        ) from None
+        need = least_plan_bytes(name, costs, snapshots)
+        raise _kept_too_much(chain.owner, memory, tape.recompute, kept, need) from None
     predicted = predicted_time(schedule, costs, overhead)
     entry = [schedule, costs, predicted, None]  # the last: the plan with tangents, once made
     if key is not None:
@@ -759,6 +785,67 @@ def plan_chain(tape, chain, state, steps, functions, alike):
             _PLANS.popitem(last=False)
     with_tangents = _tangent_planner(entry, memory, name, snapshots, chain.owner)
     return schedule, costs, predicted, "measured", with_tangents
+
+
+def _kept_too_much(form, memory, policy, kept, need):
+    least = kept + need
+    return _TooSmall(
+        least,
+        f"{form}: memory={memory} bytes is too small with policy {policy!r}: it keeps "
+        f"{kept} bytes over the chain's steps (each step's values from its first run until "
+        f"it is reversed), and the plan's slots and tapes need {need} bytes at least beside "
+        f"them: the least budget that works is memory={least} bytes ({least / 2**20:.3f} MiB)",
+    )
+
+
+def least_plan_bytes(name, costs, snapshots=None):
+    """The fewest bytes a plan named ``name`` (``"optimal"``, or revolve or mixed with
+    ``snapshots`` slots, or one) holds for ``costs``: the least budget it fits in."""
+    if name == "optimal":
+        return schedules.minimum_bytes(costs)
+    plan = schedules.make_schedule(name, steps=costs.steps, snapshots=snapshots or 1)
+    return schedules.simulate(plan, costs).peak_bytes
+
+
+def plan_reversible(tape, chain, state, steps):
+    """``(Reversible schedule, costs)`` for a loop with an inverse under ``tape``'s budget.
+
+    A reversible loop holds the state under reversal, one step's tape and its
+    ``s - 1`` exact states (``x_0`` first): step 0 is taped once, only to learn
+    its tape's bytes, and ``s`` is ``snapshots=`` if given (checked to fit), else
+    2 (``x_0`` kept, so that the drift is checked) where that fits, else 1.  A
+    budget below one slot's peak raises a ValueError giving that least budget.
+    """
+    x0, x0_nodes, tree = leaves_of(state, "the initial state")
+    rng = backend.random_state()
+    run = ChainRun(
+        tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
+    )
+    run.held = sizing = _Sizing()
+    try:
+        with Unobserved():
+            run.tape_steps(schedules.Tape(0, 1))
+    finally:
+        run.release()
+        backend.set_random_state(rng)
+    costs = schedules.ChainCosts.uniform(steps, 0.0, 0.0, _nbytes(x0), sizing.last)
+
+    def peak(s):
+        return schedules.simulate(schedules.Reversible(steps, s), costs).peak_bytes
+
+    memory, wanted = tape.byte_limit, tape.policy.snapshots
+    s = wanted or (2 if peak(2) <= memory else 1)
+    if peak(s) > memory:
+        what = f"snapshots={s}" + ("" if wanted else " (the fewest: no exact state kept)")
+        raise _TooSmall(
+            peak(s),
+            f"tape.loop(inverse=...): memory={memory} bytes is too small for this reversible "
+            f"loop with {what}: it holds the state under reversal ({costs.state_bytes[0]} "
+            f"bytes a state), its exact states and one step's tape ({costs.tape_bytes[0]} "
+            f"bytes), {peak(s)} bytes at least: the least budget that works is memory="
+            f"{peak(s)} bytes ({peak(s) / 2**20:.3f} MiB)",
+        )
+    return schedules.Reversible(steps, s), costs
 
 
 def _tangent_planner(entry, memory, name, snapshots, form):

@@ -13,8 +13,10 @@ The folder goes away with everything in it when the run is released (after
 its backward, or when anything fails), when the store is garbage collected,
 and at the latest when the process exits (``weakref.finalize``).  A file that
 cannot be written (a full disk, a folder that is not writable or has gone)
-raises :class:`DiskError`, naming the folder and the state; the half-written
-file is removed first, and the executor then releases the run, which removes
+raises :class:`DiskError`, naming the folder and the state; so does one that
+the file system cut short without an error (each file's size is checked
+against what was written once it is closed).  The half-written file is
+removed first, and the executor then releases the run, which removes
 the rest.
 """
 
@@ -32,6 +34,12 @@ from . import backend
 
 class DiskError(OSError):
     """A disk snapshot could not be written or read back (its folder is named).
+
+    A write is verified by the file's size after it is closed: one the file
+    system cut short raises this too, saying how many bytes are missing.  An
+    OSError (not a :class:`~remat.LoopError`): the cause is the file system's
+    (a full disk, a folder gone or not writable), not the chain's, so it carries
+    ``errno`` and ``filename`` (the folder) and ``except OSError`` catches it.
 
     >>> import errno, remat as rm
     >>> error = rm.DiskError(errno.ENOSPC, "remat: cannot write ... the disk is full", "/scratch")
@@ -106,12 +114,39 @@ class DiskStore:
                 "folder, or give fewer disk_snapshots",
                 self.folder,
             ) from error
+        self._verify(path, slot, step, arrays)
         self.seconds += time.perf_counter() - start
         self.files[slot] = (path, size)
         self.writes += 1
         self.bytes_written += size
         self.bytes += size
         self.peak_bytes = max(self.peak_bytes, self.bytes)
+
+    def _verify(self, path, slot, step, arrays):
+        """Check the file ``write`` just closed by its size: a write the file system cut
+        short without an error (numpy's writer does not check that the C library flushed
+        its buffer when it closes, and a full disk or a file size limit, EFBIG, may fail
+        just there) would otherwise surface in backward as a file that cannot be read."""
+        want = backend.saved_bytes(arrays)
+        try:
+            got = os.path.getsize(path)
+        except OSError:
+            got = 0
+        if got != want:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            short = "missing" if got < want else "too many"
+            raise DiskError(
+                errno.EIO,
+                f"remat: the disk snapshot of x_{step} (disk slot {slot}) in {self.folder} was "
+                f"cut short: its file {os.path.basename(path)} holds {got} bytes of the {want} "
+                f"written, {abs(want - got)} bytes {short} (a full disk, or a file size "
+                "limit?). The chain was abandoned and its files removed; free space there, pass "
+                "rm.Tape(disk_dir=...) another folder, or give fewer disk_snapshots",
+                self.folder,
+            )
 
     def read(self, slot, step, devices):
         """The arrays disk slot ``slot`` holds (x_step's), on ``devices``."""

@@ -253,12 +253,77 @@ def test_an_unwritable_folder_is_named_in_the_error(tmp_path):
     folder.mkdir()
     folder.chmod(0o500)
     try:
-        with rm.Tape(schedule=cheap_disk(30, 1, 3), disk_dir=folder) as tape:
-            with pytest.raises(rm.DiskError, match="not writable") as caught:
-                tape.loop(rm.tanh, rm.tensor(np.ones(3)), steps=30)
+        with pytest.raises(rm.DiskError, match="not writable") as caught:
+            rm.Tape(schedule=cheap_disk(30, 1, 3), disk_dir=folder)
         assert str(folder) in str(caught.value)
     finally:
         folder.chmod(0o700)
+
+
+# guards: a folder that cannot be written in was found only at the first disk write, mid-run
+def test_a_disk_dir_that_is_not_writable_is_refused_by_the_tape(tmp_path, monkeypatch):
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: p != str(tmp_path) and real(p, mode))
+    with pytest.raises(rm.DiskError, match="is not writable") as caught:
+        rm.Tape(snapshots=1, disk_snapshots=2, disk_dir=tmp_path)
+    assert str(tmp_path) in str(caught.value) and caught.value.errno == errno.EACCES
+
+
+# guards: a disk_dir given as bytes failed deep inside tempfile (str prefix, bytes folder)
+def test_a_disk_dir_may_be_bytes_or_a_path(tmp_path):
+    expected, _ = loop_grads(steps=12)
+    for folder in (os.fsencode(tmp_path), tmp_path):
+        got, tape = loop_grads(steps=12, schedule=cheap_disk(12, 1, 3), disk_dir=folder)
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+        assert tape.stats.disk_writes > 0 and os.listdir(tmp_path) == []
+    with pytest.raises(TypeError, match="disk_dir must be a folder's path"):
+        rm.Tape(snapshots=1, disk_snapshots=2, disk_dir=3)
+
+
+class ShortWrites:
+    """A file whose writes keep only the first ``room`` bytes in all, without an error
+    (as a full disk or a file size limit may cut a write short)."""
+
+    def __init__(self, file, room):
+        self.file, self.room = file, room
+
+    def write(self, data):
+        data = bytes(data)[: max(self.room, 0)]
+        self.room -= len(data)
+        return self.file.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+# guards: a write cut short went unnoticed: the forward "succeeded" with a truncated .npy file,
+# and backward failed later with "cannot read back"
+@pytest.mark.parametrize("room", [0, 100, 200])
+def test_a_write_cut_short_raises_naming_the_folder_and_the_bytes_missing(
+    tmp_path, monkeypatch, room
+):
+    from remat import storage
+
+    files = [0]
+
+    def short_open(path, mode="r", *args):
+        files[0] += 1
+        file = open(path, mode, *args)
+        return ShortWrites(file, room) if files[0] == 3 else file  # the third file written
+
+    monkeypatch.setattr(storage, "open", short_open, raising=False)
+    w = rm.tensor(W, requires_grad=True)
+    x = rm.tensor(np.ones((4, 6)))  # one state: a 128-byte header and 192 bytes of data
+    with rm.Tape(schedule=cheap_disk(30, 1, 3), disk_dir=tmp_path) as tape:
+        with pytest.raises(rm.DiskError, match="cut short") as caught:
+            tape.loop(lambda h: rm.tanh(h @ w), x, steps=30)
+    message = str(caught.value)
+    assert str(tmp_path) in message and "slot-" in message and "x_" in message
+    assert f"holds {room} bytes of the 320 written, {320 - room} bytes missing" in message
+    assert os.listdir(tmp_path) == [] and tape.loops == []
 
 
 def test_tape_refuses_a_disk_dir_that_is_not_a_folder(tmp_path):

@@ -304,6 +304,81 @@ def test_a_step_failing_during_recomputation_names_its_index_and_frees_everythin
     assert not run.slots and not run.tapes and run.held.bytes == 0
 
 
+def failing_at(k, error):
+    """A step that raises ``error`` at its k-th evaluation (counting from 1), else sin."""
+    calls = [0]
+
+    def step(h):
+        calls[0] += 1
+        if calls[0] == k:
+            raise error
+        return rm.sin(h)
+
+    return step
+
+
+FORMS = {
+    "loop": lambda tape, step, x: tape.loop(step, x, steps=8),
+    "chain": lambda tape, step, x: tape.chain([step] * 8, x),
+    "scan": lambda tape, step, x: tape.scan(lambda h, xi: (step(h), None), x, rm.ones(8))[0],
+}
+
+
+# guards: an op failing inside step 5 of a chain (loop, scan) named the op and the shapes but
+# not the step; the error keeps its type
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_an_op_failing_inside_a_step_names_the_step_and_keeps_its_type(form):
+    def layer(k):
+        def f(h):
+            return h @ rm.ones((5, 3)) if k == 5 else rm.tanh(h)
+
+        return f
+
+    def step_five_fails(h, calls=[0]):  # noqa: B006 (a counter)
+        calls[0] += 1
+        return layer(calls[0] - 1)(h)
+
+    x = rm.tensor(np.ones((2, 3)), requires_grad=True)
+    with rm.Tape(snapshots=2) as tape, pytest.raises(rm.ShapeError) as caught:
+        FORMS[form](tape, step_five_fails, x)
+    assert str(caught.value).startswith(f"tape.{form}: step 5")
+    assert "matmul: shapes (2, 3) and (5, 3)" in str(caught.value)
+
+
+# guards: a step's own error raised in the forward sweep did not say which step raised it;
+# one raised while its tape was reversed in backward was blamed on the last step recomputed
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_errors_in_either_sweep_name_the_step_that_raised_them(form, monkeypatch):
+    x = rm.tensor(np.full(3, 0.5), requires_grad=True)
+    with rm.Tape(snapshots=2) as tape, pytest.raises(ValueError, match=rf"^tape.{form}: step 3"):
+        FORMS[form](tape, failing_at(4, ValueError("bad value")), x)
+    with rm.Tape(snapshots=2) as tape:  # an error that is not a plain message gets a note
+        with pytest.raises(KeyError) as caught:
+            FORMS[form](tape, failing_at(2, KeyError("key")), x)
+    if hasattr(caught.value, "add_note"):
+        assert caught.value.__notes__[0].startswith(f"raised in tape.{form}: step 1")
+
+    with rm.Tape(snapshots=2) as tape:  # the 9th evaluation: a recomputation in backward
+        out = FORMS[form](tape, failing_at(9, ValueError("bad value")), x)
+    with pytest.raises(rm.LoopError, match=rf"^tape.{form}: step \d .*recomputed.*: bad value$"):
+        out.sum().backward()
+    # a VJP failing at its 3rd call, reversing step 5 of 8 under store-all (7, 6, then 5)
+    op, calls = rm.OPS["sin"], [0]
+    real = op.vjps[0]
+
+    def vjp(ns, g, ans, h):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise ArithmeticError("the VJP failed")
+        return real(ns, g, ans, h)
+
+    monkeypatch.setattr(op, "vjps", (vjp,))
+    with rm.Tape() as tape:
+        out = FORMS[form](tape, rm.sin, x)
+    with pytest.raises(rm.LoopError, match=r"step 5 .*raised ArithmeticError while being reversed"):
+        out.sum().backward()
+
+
 def test_backward_twice_is_a_clear_error():
     w, b, h0 = make_params()
     h = rm.Tape(snapshots=2).loop(residual_step(w, b), h0, steps=5)
@@ -520,3 +595,32 @@ def test_loops_nest_and_stay_exact():
     for outer, inner in [(3, 2), (2, 1), (1, 3)]:
         for g, ref in zip(gradients(outer, inner), want):
             assert np.array_equal(g, ref)
+
+
+# guards the replay check's comparison: it must compare bits, so that a recomputed NaN (NaN !=
+# NaN), inf or -0.0 (-0.0 == 0.0) where the first run had a number or +0.0 is refused, naming
+# the step (a check that compared values would pass -0.0 and, as max(0.0, nan), NaN)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -0.0])
+@pytest.mark.parametrize("form", ["loop", "chain", "scan"])
+def test_a_recomputation_that_turns_a_value_nan_inf_or_negative_zero_is_refused(bad, form):
+    runs = [0]
+
+    def step(h):
+        runs[0] += 1
+        out = h * 0.5
+        if runs[0] > 6:  # recomputed: element 2 (0.0 in every first run) becomes bad
+            at_2 = np.arange(5) == 2
+            out = out * np.where(at_2, -1.0, 1.0) if bad == 0 else out + np.where(at_2, bad, 0.0)
+        return out
+
+    x = rm.tensor(np.array([1.0, 2.0, 0.0, 3.0, 4.0]), requires_grad=True)
+    tape = rm.Tape(snapshots=2)
+    if form == "loop":
+        out = tape.loop(step, x, steps=6)
+    elif form == "chain":
+        out = tape.chain([step] * 6, x)
+    else:
+        out = tape.scan(lambda h, xi: (step(h), None), x, rm.tensor(np.ones(6)))[0]
+    with pytest.raises(rm.ReplayError, match=r"step [0-5].* different values"):
+        out.sum().backward()
+    assert x.grad is None

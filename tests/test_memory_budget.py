@@ -9,6 +9,7 @@ import functools
 import itertools
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -285,6 +286,25 @@ def test_a_budget_too_small_says_the_minimum(form):
     clear_grads()
     with pytest.raises(ValueError, match=f"too small .*needs at least {low} bytes"):
         FORMS[form](Tape(memory=low - 1))
+
+
+# guards: with schedule="revolve" and snapshots=3, a budget below one tape gave optimal's least
+# (a plan with the fewest slots), which revolve with 3 slots does not fit in
+@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("schedule, snapshots", [("revolve", 3), ("mixed", 4)])
+def test_a_budget_below_one_tape_gives_the_least_for_the_schedule_asked(form, schedule, snapshots):
+    def run(budget):
+        memory.clear_plans()
+        clear_grads()
+        return FORMS[form](Tape(memory=budget, schedule=schedule, snapshots=snapshots))
+
+    with pytest.raises(ValueError, match="tape alone would") as caught:
+        run(100)
+    least = int(re.search(r"slots needs at least (\d+) bytes", str(caught.value))[1])
+    assert least > bounds(form)[0]  # more than the fewest slots need
+    assert same(run(least), store_all(form)[0])
+    with pytest.raises(ValueError, match="disagree|too small"):
+        run(least - 1)
 
 
 def test_a_budget_below_one_tape_stops_measuring_at_once():

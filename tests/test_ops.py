@@ -139,6 +139,14 @@ def test_gradcheck_catches_a_wrong_vjp(monkeypatch):
         rm.gradcheck(lambda x: rm.sin(x).sum(), r(3))
 
 
+# guards: a NaN gradient passed gradcheck (NaN - numeric > tol is False, so excess.max() <= 0)
+def test_gradcheck_refuses_a_nan_gradient():
+    # sqrt(x * x) at 0: the VJP gives inf * 0 = NaN, the differences give 0
+    with pytest.raises(rm.GradcheckError, match=r"element \(0,\): analytic .*nan"):
+        with np.errstate(all="ignore"):
+            rm.gradcheck(lambda x: rm.sqrt(x * x).sum(), np.array([0.0, 1.0]))
+
+
 @pytest.mark.parametrize(
     "shapes",
     [((3,), (3,)), ((3,), (3, 2)), ((2, 3), (3,)), ((4, 2, 3), (3, 5)), ((2, 3), (2, 3, 4))],

@@ -6,6 +6,7 @@ bit; the op counts say which ops the backward evaluated again; a recomputation
 that drifts from its first run is refused; what a policy keeps is counted.
 """
 
+import re
 import threading
 import tracemalloc
 
@@ -479,6 +480,38 @@ def test_a_byte_budget_plans_around_what_the_policy_keeps():
         ValueError, match=rf"too small with policy save_ops\('matmul'\): it keeps {n * state} bytes"
     ):
         loop_grads("loop", n, rm.Tape(memory=n * state + state, policy=policies.save_ops("matmul")))
+
+
+# guards: a policy whose kept values alone exceed the budget said "leaves -1064960 bytes" and
+# not the least budget that would work (also when step 0's tape alone was over the budget)
+@pytest.mark.parametrize("budget", [5, 2000])
+@pytest.mark.parametrize("schedule, snapshots", [(None, None), ("revolve", 3), ("mixed", None)])
+def test_a_budget_too_small_for_what_a_policy_keeps_gives_the_least_that_works(
+    budget, schedule, snapshots
+):
+    n, state = 30, 2 * D * 8
+
+    def run(memory):
+        rm.memory.clear_plans()
+        tape = rm.Tape(
+            memory=memory,
+            schedule=schedule,
+            snapshots=snapshots,
+            policy=POLICIES["save_ops(matmul)"],
+        )
+        return loop_grads("loop", n, tape), tape
+
+    with pytest.raises(ValueError, match=r"it keeps \d+ bytes") as caught:
+        run(budget)
+    assert "leaves -" not in str(caught.value)
+    least = int(
+        re.search(r"the least budget that works is memory=(\d+) bytes", str(caught.value))[1]
+    )
+    assert least > n * state
+    grads, tape = run(least)  # it works, and one byte less does not
+    assert same(grads, loop_grads("loop", n)) and tape.stats.peak_bytes <= least
+    with pytest.raises(ValueError, match=f"memory={least - 1} bytes is too small"):
+        run(least - 1)
 
 
 def test_a_policy_checkpoint_inside_a_loop_step_counts_what_it_keeps():

@@ -5,6 +5,8 @@ store-all in float64, for memory that does not grow with n, for the
 reconstruction error in the stats, and for the errors of a bad inverse.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -123,6 +125,63 @@ def test_drift_beyond_the_tolerance_raises_and_stored_states_bound_it():
     np.testing.assert_allclose(x.grad, np.ones(5), rtol=1e-6)
 
 
+def cubic():
+    """x -> x^3 - 1/2, with the inverse (x + 1/2)^(1/3) taken by a power: NaN below -1/2."""
+
+    def step(x):
+        return x * x * x - 0.5
+
+    def inverse(x):
+        return (x + 0.5) ** (1.0 / 3.0)
+
+    return step, inverse
+
+
+# guards: a NaN from the inverse passed the drift check (max(0.0, nan) is 0.0), the gradient
+# came out NaN with no error, and reconstruction_error read 0.0
+@pytest.mark.parametrize("snapshots", [1, 2, 4])
+def test_an_inverse_that_returns_nan_is_refused_naming_the_step(snapshots):
+    step, inverse = cubic()
+    x = rm.tensor(np.array([0.5, 0.6]), requires_grad=True)  # x_2 + 1/2 < 0: inverse(x_2) is NaN
+    with rm.Tape(snapshots=snapshots) as tape:  # the check at x_0 passes: x_1 + 1/2 > 0
+        loss = tape.loop(step, x, steps=3, inverse=inverse).sum()
+    with pytest.raises(rm.LoopError) as caught, np.errstate(invalid="ignore"):
+        loss.backward()
+    message = str(caught.value)
+    assert "inverse(x_2) returned x_1" in message and "step 1" in message
+    assert "2 of its 2 values NaN or inf" in message and "shape (2,)" in message
+    assert x.grad is None
+
+
+# guards: a step taped again from a state the inverse rebuilt (finite, off by rounding) gave NaN
+# where the first run did not (sqrt(-1e-300)), and the gradient came out NaN with no error
+def test_a_step_that_turns_nan_on_a_rebuilt_state_is_refused_naming_the_step():
+    def inverse(x):  # off by 1e-300: within any tolerance, but below 0 where x is 0
+        return x * x - 1e-300
+
+    x = rm.tensor(np.array([0.0, 1.0]), requires_grad=True)
+    with rm.Tape(snapshots=1) as tape:
+        loss = tape.loop(rm.sqrt, x, steps=4, inverse=inverse).sum()
+    with pytest.raises(rm.LoopError) as caught, np.errstate(all="ignore"):
+        loss.backward()
+    message = str(caught.value)
+    assert "step 2, taped again in backward from x_2 as the inverse rebuilt it" in message
+    assert "1 of 2 values NaN or inf in output leaf 0 (shape (2,)" in message
+
+
+# guards: relative_difference took max(0.0, nan) = 0.0, so a NaN or inf read as no difference
+def test_a_nan_or_inf_is_never_a_small_reconstruction_error():
+    from remat.executor import relative_difference
+
+    exact = [np.array([1.0, 2.0]), np.array([3.0])]
+    for bad in (np.nan, np.inf, -np.inf):
+        assert relative_difference([np.array([1.0, bad]), np.array([3.0])], exact) == np.inf
+        assert relative_difference([np.array([1.0, 2.0]), np.array([bad])], exact) == np.inf
+        same = [np.array([1.0, bad])]  # the exact state non-finite too: equal values differ by 0
+        with np.errstate(invalid="ignore"):
+            assert relative_difference(same, [np.array([1.0, bad])]) == 0.0
+
+
 def test_a_wrong_inverse_is_caught_before_any_gradient():
     step, _ = revnet(rm.tensor(W1), rm.tensor(W2))
     x = (rm.tensor(np.ones((2, 8)), requires_grad=True), rm.tensor(np.ones((2, 8))))
@@ -180,6 +239,27 @@ def test_any_tape_reverses_with_the_inverse(tape_kwargs):
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
     assert tape.stats.schedule == "Reversible" and tape.stats.disk_writes == 0
+
+
+# guards: under a small byte budget a reversible loop stopped with a message about the plan
+# cache; it now keeps as many exact states as fit (x_0 where it can), or gives the least budget
+def test_a_byte_budget_chooses_the_exact_states_or_gives_the_least_that_works():
+    expected, _ = grads(12, inverse=False)
+    with pytest.raises(ValueError, match="reversible loop") as caught:
+        grads(12, memory=600)
+    least = int(re.search(r"least budget that works is memory=(\d+) bytes", str(caught.value))[1])
+    assert "plan cache" not in str(caught.value)
+    state = 2 * 4 * 8 * 8  # two (4, 8) float64 leaves
+    for budget, slots in ((least, 1), (least + state, 2), (2**20, 2)):
+        got, tape = grads(12, memory=budget)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
+        stats = tape.stats
+        assert stats.snapshots == slots and stats.peak_bytes <= budget == stats.memory
+    with pytest.raises(ValueError, match=f"memory={least - 1} bytes is too small"):
+        grads(12, memory=least - 1)
+    with pytest.raises(ValueError, match="snapshots=3"):  # asked for, and over the budget
+        grads(12, memory=least + state, schedule="revolve", snapshots=3)
 
 
 def test_a_single_step_needs_no_inverse_call():
