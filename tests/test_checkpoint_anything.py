@@ -483,3 +483,25 @@ def test_a_step_frees_what_it_saved_as_its_reverse_passes(form):
     plain, _ = _probed(lambda z: rm.exp(z) * 2.0)
     (plain(x) if form == "checkpoint" else plain(plain(x))).sum().backward()
     assert np.array_equal(g, x.grad)
+
+
+# rm.checkpoint with a policy held what the policy kept until the whole call was
+# reversed, even the values that served only its recomputation.
+def test_what_a_policy_kept_goes_once_the_recomputation_has_used_it():
+    probe, gone = [], []
+
+    def head(x):
+        if len(probe) > 1:  # recomputed in backward, after cos's record was reversed
+            gone.append(probe[-1]() is None)
+        return rm.sin(x)
+
+    def f(x):
+        s = rm.cos(rm.checkpoint(head)(x) * 3.0)  # kept; cos's record saves its input, not s
+        probe.append(weakref.ref(np.asarray(s).base))
+        return s * 2.0
+
+    x = rm.tensor(rng.standard_normal(1000), requires_grad=True)
+    rm.checkpoint(f, policy=rm.policies.save_ops("cos"))(x).sum().backward()
+    assert gone == [True]
+    want = -np.sin(np.sin(x.numpy()) * 3.0) * 3.0 * np.cos(x.numpy()) * 2.0
+    assert np.allclose(x.grad, want, rtol=1e-12, atol=0)
