@@ -322,6 +322,10 @@ def _checkpoint_backward(record, g, sweep):
         raise BackwardError(
             f"{call.name} raised {type(error).__name__} while being recomputed in backward: {error}"
         ) from error
+    # The call's inputs and what its policy kept have served the recomputation: let them
+    # go (unless the record, retained, holds them), so that what no record saved is freed
+    # now and what one did goes as the sweep passes that record.
+    call = None
     reverse_step(sweep, step_tape, g.parts, hand_on=nodes)
 
 

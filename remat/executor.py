@@ -610,7 +610,13 @@ def reverse_step(outer, step_tape, cotangents, hand_on=None):
     (None where none arrived).  With ``hand_on`` (the outer nodes of the inputs, for
     rm.checkpoint), each term of an input's cotangent goes to its outer node as it
     comes instead, so that the outer sum adds them in the order it would without
-    checkpointing (a sum made first would round differently)."""
+    checkpointing (a sum made first would round differently).
+
+    The step tape's list of what its records saved goes first (a caller releases
+    its holdings of them before): only the records hold those arrays then, and
+    the sweep frees each record's as it passes it, as on an ordinary tape, instead
+    of all of them at the end of the step."""
+    step_tape.saved = ()
     sweep = StepSweep(outer, step_tape, hand_on=hand_on)
     for t, g in zip(step_tape.outputs, cotangents):
         if t.node and g is not None:
@@ -1277,9 +1283,9 @@ class ChainRun:
             step_tape = self.tapes.pop(i)
             if self.inverted == i:  # taped from x_i as the inverse rebuilt it
                 self.refuse_nonfinite_output(i, step_tape)
+            self.held.release(step_tape.saved)  # before: reverse_step lets them go as it goes
             grads = reverse_step(self.outer_sweep, step_tape, self.seeds(i, self.cotangent))
             self.cotangent = self.gather(i, grads, self.xs_grads, step_tape)
-            self.held.release(step_tape.saved)
             if self.keeping is not None and i in self.keeping:
                 self.held.release(self.keeping.pop(i).arrays())
         self.position = None

@@ -5,6 +5,7 @@ checkpointing (store-all), whatever the schedule.
 """
 
 import tracemalloc
+import weakref
 from collections import namedtuple
 
 import numpy as np
@@ -440,3 +441,67 @@ def test_shapes_are_checked_on_replay_even_without_value_checks():
 )
 def test_random_chains_are_exact_under_every_schedule(widths, s, name, seed):
     assert same(chain_grads(tape_for(name, s), widths, seed), chain_grads(rm.Tape(), widths, seed))
+
+
+def _probed(f_tail):
+    """A function whose first part is checkpointed again inside it, so that its
+    recomputation runs while backward is half-way through the outer step: it notes
+    whether the array ``f_tail`` saved (for a record reversed before) is gone."""
+    probe, gone = [], []
+
+    def head(x):
+        if probe:  # recomputed in backward, after the tail's records were reversed
+            gone.append(probe[-1]() is None)
+        return rm.sin(x)
+
+    def f(x):
+        y = rm.checkpoint(head)(x)
+        z = rm.tanh(y * 3.0)  # its record saves its output, z's array
+        if z.record is not None:
+            probe.append(weakref.ref(z.record.ans))
+        return f_tail(z)
+
+    return f, gone
+
+
+# A step's reverse held every array its records saved until the whole step was
+# reversed (the step tape's list of them), where a plain tape frees each as it passes.
+@pytest.mark.parametrize("form", ["checkpoint", "chain", "loop"])
+def test_a_step_frees_what_it_saved_as_its_reverse_passes(form):
+    f, gone = _probed(lambda z: rm.exp(z) * 2.0)
+    x = rm.tensor(rng.standard_normal(1000), requires_grad=True)
+    if form == "checkpoint":
+        y = rm.checkpoint(f)(x)
+    else:
+        with rm.Tape(snapshots=1) as tape:
+            y = tape.chain([f, f], x) if form == "chain" else tape.loop(f, x, steps=2)
+    y.sum().backward()
+    assert gone and all(gone)
+    # and the gradient is the one without checkpointing, bit for bit
+    g = x.grad
+    x.grad = None
+    plain, _ = _probed(lambda z: rm.exp(z) * 2.0)
+    (plain(x) if form == "checkpoint" else plain(plain(x))).sum().backward()
+    assert np.array_equal(g, x.grad)
+
+
+# rm.checkpoint with a policy held what the policy kept until the whole call was
+# reversed, even the values that served only its recomputation.
+def test_what_a_policy_kept_goes_once_the_recomputation_has_used_it():
+    probe, gone = [], []
+
+    def head(x):
+        if len(probe) > 1:  # recomputed in backward, after cos's record was reversed
+            gone.append(probe[-1]() is None)
+        return rm.sin(x)
+
+    def f(x):
+        s = rm.cos(rm.checkpoint(head)(x) * 3.0)  # kept; cos's record saves its input, not s
+        probe.append(weakref.ref(np.asarray(s).base))
+        return s * 2.0
+
+    x = rm.tensor(rng.standard_normal(1000), requires_grad=True)
+    rm.checkpoint(f, policy=rm.policies.save_ops("cos"))(x).sum().backward()
+    assert gone == [True]
+    want = -np.sin(np.sin(x.numpy()) * 3.0) * 3.0 * np.cos(x.numpy()) * 2.0
+    assert np.allclose(x.grad, want, rtol=1e-12, atol=0)

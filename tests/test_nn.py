@@ -253,8 +253,10 @@ def test_the_primitives_save_less_than_their_formulas_as_the_docstrings_say():
     assert _saved_besides(x, spelled_layer_norm) >= 2 and _saved_besides(x, rm.layer_norm) == 0
 
 
+# gelu's backward held two arrays of x's size besides the gradient (a fused kernel,
+# torch's, holds none): it now works a block at a time.
 def test_gelu_backward_keeps_few_temporaries():
-    x = rm.tensor(r(256, 256), requires_grad=True)
+    x = rm.tensor(r(512, 512), requires_grad=True)
     y = rm.gelu(x)
     g = np.ones(x.shape)
     tracemalloc.start()
@@ -262,7 +264,7 @@ def test_gelu_backward_keeps_few_temporaries():
     y.backward(g)
     peak = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
-    assert peak <= 3.2 * x.numpy().nbytes  # two temporaries (the slope) and the gradient
+    assert peak <= 2.6 * x.numpy().nbytes  # the seed taken, the gradient, a few blocks (was 3)
     a, c, v = 0.044715, math.sqrt(2 / math.pi), x.numpy()
     t = np.tanh(c * (v + a * v**3))
     want = 0.5 * (1 + t) + 0.5 * v * (1 - t**2) * c * (1 + 3 * a * v**2)  # d gelu / dx

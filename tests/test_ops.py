@@ -6,6 +6,8 @@ test and its inputs; the checked scalar is sum(out * w) for a random w, so
 every output element's cotangent differs.
 """
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -344,3 +346,22 @@ def test_large_einsums_go_through_blas_with_numpys_result():
     down[index] -= eps
     numeric = (f(up, k).item() - f(down, k).item()) / (2 * eps)
     assert qt.grad[index] == pytest.approx(numeric, rel=1e-6)
+
+
+# The gradient of a weight a batch shares, x (b, n, k) @ w (k, m), was made as the
+# (b, k, m) array of every batch element's product, then summed: b times w's size.
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_shared_weights_gradient_is_summed_as_it_is_made(dtype):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 8, 64)).astype(dtype)
+    w = rm.tensor(rng.standard_normal((64, 64)).astype(dtype), requires_grad=True)
+    y = rm.tensor(x, requires_grad=True) @ w  # (b is saved, and known 2-D, for x's gradient)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    y.backward(g)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    assert peak <= 2 * x.nbytes + 4 * w.numpy().nbytes  # x's and w's gradients; not 16 products
+    # the same bits as the products summed over the batch, as the tape sums them
+    assert np.array_equal(w.grad, np.sum(np.swapaxes(x, -1, -2) @ g, axis=0))

@@ -28,7 +28,34 @@ def _matmul_vjp_b(ns, g, ans, a, b):
         return a[:, None] * g[..., None, :] if g.ndim else g * a
     if g.ndim == a.ndim - 1:  # (..., n, k) @ (k,) -> (..., n)
         return ns.matmul(ns.swapaxes(a, -1, -2), g[..., None])[..., 0]
+    shared = b is not None and b.ndim == 2 < a.ndim and b.size >= SHARED  # (..., n, k) @ (k, m)
+    if shared and ns is backend.ARRAY_NAMESPACE:
+        return _summed_over_batch(a, g)
     return ns.matmul(ns.swapaxes(a, -1, -2), g)
+
+
+SHARED = 1 << 12
+"""From this size on, a 2-D ``b`` shared by a batch of ``a`` gets its gradient summed
+as it is computed (:func:`_summed_over_batch`).  The rule knows b is 2-D only where
+the record saved b, for a's gradient: a batch of activations, not of data."""
+
+
+def _summed_over_batch(a, g):
+    """a^T g summed over a's batch axes, for a 2-D b that the batch shares.
+
+    The products are added one by one in the batch's order, as the tape's sum
+    over the batch axes adds them (so the same bits), without holding the
+    (batch, k, m) array of them all: batch times b's size, where torch, folding
+    the batch into rows, holds one.
+    """
+    out = None
+    for i in xp.ndindex(a.shape[:-2]):
+        product = xp.matmul(xp.swapaxes(a[i], -1, -2), g[i])
+        if out is None:
+            out = product
+        else:
+            out += product
+    return xp.matmul(xp.swapaxes(a, -1, -2), g) if out is None else out  # (an empty batch)
 
 
 def _matmul_shapes(a, b):

@@ -195,8 +195,8 @@ def _finite_bound(dtype):
 
 
 def _gelu_vjp(ns, g, ans, x):
-    if ns is backend.ARRAY_NAMESPACE:  # an ordinary backward: on arrays, in place
-        return _times(_gelu_slope(x), g)
+    if ns is backend.ARRAY_NAMESPACE:  # an ordinary backward: on arrays, a block at a time
+        return _by_blocks(_gelu_slope, x, g)
     # a backward (or tangent) being differentiated: Tensor ops, recorded, in the order
     # of _gelu_slope's, so that the values are its bits
     x2 = x * x
@@ -236,6 +236,31 @@ def _gelu_slope(x):
     ux /= e
     ux /= e
     return ux
+
+
+BLOCK = 1 << 15
+"""Elements a blockwise backward (:func:`_by_blocks`) takes at a time."""
+
+
+def _by_blocks(slope, x, g):
+    """``slope(x) * g`` on arrays, ``BLOCK`` elements at a time, into one new array.
+
+    The same values, element for element, but the arrays ``slope`` works in are
+    a block's size, not x's: gelu's backward held two arrays of x's size besides
+    its result, where a fused kernel (torch's) holds none.  Arrays that are not
+    both contiguous, of one shape, are taken whole.
+    """
+    if x.size <= BLOCK or x.shape != g.shape or not (x.flags.c_contiguous and g.flags.c_contiguous):
+        return _times(slope(x), g)
+    xs, gs = x.reshape(-1), g.reshape(-1)
+    out = None
+    for i in range(0, x.size, BLOCK):
+        part = _times(slope(xs[i : i + BLOCK]), gs[i : i + BLOCK])
+        if out is None:
+            out = xp.empty(x.shape, part.dtype)
+            flat = out.reshape(-1)
+        flat[i : i + BLOCK] = part
+    return out
 
 
 GELU = defop("gelu", _gelu, _gelu_vjp, needs=("0",), jvps=SELF_ADJOINT)
