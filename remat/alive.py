@@ -45,7 +45,9 @@ most at ``B + X``, and any run at ``tape.stats.peak_bytes + X``, with::
 * ``c``: Python's own objects: 64 KiB, plus for each step tape held at once
   about 0.6 KiB per record it holds (the record, its tuples, Tensors, array
   headers; 1 KiB a record bounds it), which dominate when the states are a
-  few hundred bytes.
+  few hundred bytes; under a policy (``rm.Tape(policy=)``) as much again for
+  every step, whose first run notes each op it evaluates
+  (:class:`remat.selective.Kept`) until the step is reversed.
 
 Planning is not in ``X``: the planner's tables (:class:`remat.schedules.Optimal`)
 exist only while a plan is made, the first time a chain of that kind runs; the
