@@ -1382,12 +1382,13 @@ class KeepingRun(ChainRun):
         super().__init__(tape, *args)
         self.policy = tape.recompute
         self.keeping = {}
+        self.notes = {}  # what the steps' first runs note, each distinct note once
 
     def call_step(self, i, arrays, taped):
         first = i == self.reached
         kept = self.keeping.get(i)
         if first:
-            frame = Saving(self.policy, self.check_values, self.full)
+            frame = Saving(self.policy, self.check_values, self.full, self.notes)
         elif kept is not None:
             why = self.forward.what_changed
             frame = Reusing(kept, self.chain.name(i), ReplayError, self.full, why)
@@ -1401,6 +1402,10 @@ class KeepingRun(ChainRun):
         else:
             frame.finish()
         return result
+
+    def release(self):
+        super().release()
+        self.notes = {}
 
 
 # What carries out each action (a table of plain functions: bound methods kept on
