@@ -27,7 +27,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from . import backend, guard
+from . import alive, backend, guard
 from .dual import tangent_in
 from .executor import (
     CARRY_REAL,
@@ -179,8 +179,8 @@ class Call:
 
     @property
     def nbytes(self):
-        """Bytes held for its backward (each array once): its inputs and the kept values."""
-        return sum(backend.nbytes(a) for a in {id(a): a for a in self.held_arrays()}.values())
+        """Bytes held for its backward (each buffer once): its inputs and the kept values."""
+        return alive.nbytes(self.held_arrays())
 
     def reusing(self):
         """The frame under which a recomputation reuses what was kept, or None."""

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from . import backend, schedules
 from . import memory as _memory
-from .executor import ChainRun, Holdings, Spec, leaves_of
+from .alive import Holdings
+from .executor import ChainRun, Spec, leaves_of
 from .selective import Unobserved
 from .storage import DiskStore
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 from . import backend, guard, schedules
+from .alive import Holdings
 from .dual import tangent_in
 from .functional import forward_sweep
 from .ops import TENSOR_NAMESPACE
@@ -263,53 +264,6 @@ class LoopStats:
         if self.reconstruction_error is not None:
             text += f"; reconstruction error {self.reconstruction_error:.3g}"
         return text
-
-
-class Holdings:
-    """Bytes held by the chain right now, each array counted once however often held.
-
-    With a ``limit`` (a byte budget), holding more raises a LoopError: the
-    costs a plan was made from no longer describe the chain (``why``: what
-    the error says of it, where the cause is known beforehand).
-    """
-
-    def __init__(self, limit=None, why=None):
-        self.count = {}  # id(array) -> [array, holders]
-        self.bytes = 0
-        self.peak = 0
-        self.limit = limit
-        self.why = why
-
-    def hold(self, arrays):
-        count = self.count
-        for a in arrays:
-            entry = count.get(id(a))
-            if entry is None:
-                count[id(a)] = [a, 1]
-                self.bytes += a.nbytes
-            else:
-                entry[1] += 1
-        if self.bytes > self.peak:
-            self.peak = self.bytes
-            if self.limit is not None and self.peak > self.limit:
-                why = self.why or (
-                    "a step's tape or state is larger than when the plan was measured (a step "
-                    "whose records depend on the values?); clear the plan cache "
-                    "(remat.memory.clear_plans()) or give more memory"
-                )
-                raise LoopError(
-                    f"the chain now holds {self.peak} bytes, more than its budget of "
-                    f"{self.limit} bytes: {why}"
-                )
-
-    def release(self, arrays):
-        count = self.count
-        for a in arrays:
-            entry = count[id(a)]
-            entry[1] -= 1
-            if entry[1] == 0:
-                del count[id(a)]
-                self.bytes -= a.nbytes
 
 
 # --- states as pytrees ---------------------------------------------------------
@@ -574,14 +528,24 @@ def retag(records):
         record.__class__ = StepRecord
 
 
-def saved_by(records, floor, inputs):
-    """The arrays ``records`` hold of a step's own values (what it made, or its
-    inputs, whose nodes are ``inputs``); parameters are not the chain's to count.
-    A chain run inside the step holds its snapshots, tapes and x_0 until it is
-    reversed: they count too.
+def saved_by(records, floor, inputs, also=(), outside=frozenset()):
+    """The arrays a step tape keeps alive of the step's own values (what it made,
+    or its inputs, whose nodes are ``inputs``): what its records hold for their
+    VJPs, the arrays an op keeps beside its operands (an index table: ``u[nbr]``),
+    and ``also``: the step's input state x_i, which the tape keeps alive whether
+    or not a VJP reads it (through the previous tape's outputs, or the slot it
+    came from).  The tape keeps its output state x_{i+1} alive too: that is
+    counted where the plan counts it, by the next step's tape (as its input) or
+    by a snapshot; a scan's y_i are in the ys the run holds anyway (a transient
+    of :mod:`remat.alive`).  Parameters are not the
+    chain's to count, nor is a view of one (``W.T``), nor of a buffer ``outside``
+    holds (ids: a scan's ``xs``, whose rows its steps read).  A chain run inside the
+    step holds its snapshots, tapes and x_0 until it is reversed: they count too.
+    Holdings counts each by the buffer it keeps alive (:mod:`remat.alive`).
     (Tests the cheap conditions first: 3.4 against 5.3 us for the four records of
     bench_overheads' tiny step, by timeit.)"""
     saved = []
+    views = False
     for record in records:
         held = record.args
         if record.op.custom_backward is not None:  # a checkpoint's record holds its Call
@@ -592,17 +556,46 @@ def saved_by(records, floor, inputs):
             if node is None or (node.seq >= floor if isinstance(node, Record) else node in inputs):
                 if backend.is_array(a):
                     saved.append(a)
-        if record.ans is not None:
-            saved.append(record.ans)
+                    views = views or a.base is not None
+        ans = record.ans
+        if ans is not None:
+            saved.append(ans)
+            views = views or ans.base is not None
+        kw = record.kwargs
+        if kw:  # arrays an op keeps besides its operands (an integer index table)
+            for v in kw.values():
+                if type(v) is tuple:
+                    saved.extend(p for p in v if backend.is_array(p))
+                elif backend.is_array(v):
+                    saved.append(v)
         kept = getattr(record.args[0], "kept", None) if held is not record.args else None
         if kept is not None:  # what a checkpoint's policy kept
             saved.extend(kept.arrays())
         if record.op is CHAIN:  # a chain run inside the step: what it holds for its backward
             run = record.args[0]
-            saved.extend(a for a, _ in run.held.count.values())
+            saved.extend(run.held.arrays())
             if run.start is not None:  # its x_0, kept for its runs again
                 saved.extend(run.start[0])
+    for a in also:
+        saved.append(a)
+        views = views or a.base is not None
+    if views:  # a view of a parameter (W.T) keeps only the parameter alive: the user's
+        users = _leaf_buffers(records) | outside
+        if users:
+            saved = [a for a in saved if id(backend.memory_owner(a)) not in users]
     return saved
+
+
+def _leaf_buffers(records):
+    """The ids of the buffers of the leaf tensors (parameters) ``records`` read."""
+    found = set()
+    for record in records:
+        for node in record.parents or ():
+            if type(node) is Leaf:
+                t = node.tensor()
+                if t is not None:
+                    found.add(id(backend.memory_owner(t._data)))
+    return found
 
 
 def reverse_step(outer, step_tape, cotangents, hand_on=None):
@@ -838,6 +831,8 @@ class ChainRun:
         self.ys = []  # the stacked ys, a buffer per leaf: row i is y_i, from the forward sweep
         self.ys_spec = None
         self.held = Holdings(self.byte_limit)  # Tape(memory=): its budget
+        # the buffers of a scan's xs: the caller's, not counted in a step's tape
+        self.xs_buffers = frozenset(id(backend.memory_owner(a)) for a in chain.xs)
         self.keeping = None  # a KeepingRun's: step index -> what its first run kept
         self.cotangent = None  # of x_position during the reverse sweep
         self.ys_cotangent = None
@@ -1059,7 +1054,8 @@ class ChainRun:
             for i in range(action.start, action.stop):
                 recomputed = i < self.reached
                 floor = next_sequence()
-                arrays, inputs, outputs = self.call_step(i, arrays, taped=True)
+                x_i = arrays
+                arrays, inputs, outputs = self.call_step(i, x_i, taped=True)
                 stop = next_sequence()
                 records = recorder.records[:]
                 recorder.records.clear()
@@ -1067,7 +1063,7 @@ class ChainRun:
                 if recomputed and (guard.WATCHED or guard.REBOUND[0] > self.forward.seq):
                     self.forward.refuse_changed(records, self.chain.name(i))  # (its own test,
                     # inlined here so that a step pays no name and no call while nothing changed)
-                saved = saved_by(records, floor, inputs)
+                saved = saved_by(records, floor, inputs, x_i, self.xs_buffers)
                 self.tapes[i] = StepTape(inputs, outputs, floor, stop, saved)
                 self.held.hold(saved)
                 if at is not None:
@@ -1449,7 +1445,8 @@ class ChainRun:
                 seeds[id(node)] = t
         inner = forward_sweep(records, seeds)
         out = [tangent_of(o, inner) for o in outputs]
-        step_tape = StepTape(inputs, outputs, floor, stop, saved_by(records, floor, inputs))
+        saved = saved_by(records, floor, inputs, arrays, self.xs_buffers)
+        step_tape = StepTape(inputs, outputs, floor, stop, saved)
         return arrays_next, out, step_tape, records, inner
 
     def again(self, kind=None):
@@ -1517,12 +1514,13 @@ class KeepingRun(ChainRun):
         super().__init__(tape, *args)
         self.policy = tape.recompute
         self.keeping = {}
+        self.notes = {}  # what the steps' first runs note, each distinct note once
 
     def call_step(self, i, arrays, taped):
         first = i == self.reached
         kept = self.keeping.get(i)
         if first:
-            frame = Saving(self.policy, self.check_values, self.full)
+            frame = Saving(self.policy, self.check_values, self.full, self.notes)
         elif kept is not None:
             why = self.forward.what_changed
             frame = Reusing(kept, self.chain.name(i), ReplayError, self.full, why)
@@ -1536,6 +1534,10 @@ class KeepingRun(ChainRun):
         else:
             frame.finish()
         return result
+
+    def release(self):
+        super().release()
+        self.notes = {}
 
 
 # What carries out each action (a table of plain functions: bound methods kept on

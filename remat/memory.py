@@ -3,11 +3,15 @@
 The memory model (that of :mod:`remat.schedules.costs`): at any moment a
 chain holds the states in its slots and the step tapes it keeps.
 ``state_bytes[i]`` is the bytes of state ``x_i`` (every leaf);
-``tape_bytes[i]`` is the bytes of the arrays step ``i``'s records hold of the
-step's own values (what it made, and its inputs, ``x_i`` included), exactly
-as :func:`remat.executor.saved_by` counts them for ``tape.stats.peak_bytes``.
-The budget bounds their sum.  The state being evaluated, the cotangent, the
-parameters and a scan's ``ys`` are not counted (as ``tape.stats`` does not).
+``tape_bytes[i]`` is the bytes step ``i``'s tape keeps alive of the step's own
+values (what its records hold, ``x_i`` included where a VJP reads it, and its
+output ``x_{i+1}``), exactly as :func:`remat.executor.saved_by` gives them to
+the Holdings that count ``tape.stats.peak_bytes``: by buffer, each once, a view
+as its whole base (:mod:`remat.alive`).  A loop's states are all taken at the
+larger of ``x_0``'s and ``x_1``'s bytes (``x_1`` may be a view of a larger
+buffer than ``x_0`` is).  The budget bounds their sum.  The state being
+evaluated, the cotangents, the parameters' gradients and a scan's ``ys`` are
+not counted: :mod:`remat.alive` bounds them (``tracemalloc peak <= budget + X``).
 
 Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
 
@@ -108,8 +112,9 @@ from collections import OrderedDict
 from fractions import Fraction
 from numbers import Integral
 
-from . import backend, planning, schedules
-from .executor import HANDLERS, ChainRun, Holdings, KeepingRun, Spec, leaves_of
+from . import alive, backend, planning, schedules
+from .alive import Holdings
+from .executor import HANDLERS, ChainRun, KeepingRun, Spec, leaves_of
 from .selective import Unobserved
 
 # The public names: what a user of Tape(memory=) may call.  The rest serve
@@ -248,7 +253,7 @@ def _ones_for(arrays):
 
 
 def _nbytes(arrays):
-    return sum(backend.nbytes(a) for a in arrays)
+    return alive.nbytes(arrays)  # each buffer once, a view as its whole base
 
 
 SPAN = 64  # a loop's (or scan's) step is timed over runs of up to this many steps
@@ -279,8 +284,7 @@ class _Refusing:
         return self.inner.peak
 
     def hold(self, arrays):
-        new = {id(a): a for a in arrays if id(a) not in self.inner.count}
-        held = self.inner.bytes + _nbytes(new.values())
+        held = self.inner.bytes + self.inner.adding(arrays)
         if held > self.budget:
             raise _OverBudget(held)
         self.inner.hold(arrays)
@@ -295,7 +299,7 @@ class _Sizing:
     bytes = peak = last = 0
 
     def hold(self, arrays):
-        self.last = _nbytes({id(a): a for a in arrays}.values())
+        self.last = _nbytes(arrays)
 
     def release(self, arrays):
         pass
@@ -432,7 +436,7 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
     try:
         if alike:
             try:
-                _, _, tape_bytes, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
+                _, _, tape_bytes, after = _time_steps(run, chain, 0, 1, 1, steps, memory)
             except _OverBudget as refused:
                 sizes = [_nbytes(x0)] * (steps + 1), [refused.held] * steps
                 raise _refused(tape, chain, memory, 0, refused.held, *sizes, alike=True) from None
@@ -451,13 +455,16 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
                 f_one.append(f)
                 r_one.append(r)
             f, r = min(f_times), min(r_times)
-            costs = schedules.ChainCosts.uniform(steps, f, r, _nbytes(x0), tape_bytes)
+            # x_0 may be smaller than the states the step makes (a view of a larger
+            # buffer: tanh(h * s)[-1]): every state is taken at the larger
+            state_bytes = max(_nbytes(x0), _nbytes(after[0]))
+            costs = schedules.ChainCosts.uniform(steps, f, r, state_bytes, tape_bytes)
             # what an action that runs steps costs besides them: a one-step Advance, and a
             # one-step Tape and its Reverse (two actions), less their steps' share of the runs
             each = (max(0.0, min(f_one) - f) + max(0.0, min(r_one) - r) / 2) / 2
             overhead = dict.fromkeys((schedules.Advance, schedules.Tape, schedules.Reverse), each)
             run.current, run.position = start, 0
-            overhead.update(_time_slots(run, _nbytes(x0), memory, repeats))
+            overhead.update(_time_slots(run, state_bytes, memory, repeats))
             return costs, peak, overhead
         forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
         for i in range(steps):

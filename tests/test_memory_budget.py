@@ -475,15 +475,18 @@ def test_gradients_do_not_depend_on_the_measured_times(form, monkeypatch):
     low, high = bounds(form)
     reference, _ = store_all(form)
     plans = set()
+    # a budget where the plan depends on the times (a scan's tapes do not count the
+    # rows of xs, the caller's: at a third of the way its plan is the same for all)
+    budget = (low + high) // (4 if form == "scan" else 3)
     for seed in range(6):
         monkeypatch.setattr(memory.time, "perf_counter", fake_clock(seed))
         memory.clear_plans()
         clear_grads()
-        tape = Tape(memory=(low + high) // 3)
+        tape = Tape(memory=budget)
         grads = FORMS[form](tape)
         monkeypatch.undo()
         assert same(grads, reference)
-        assert tape.stats.peak_bytes <= (low + high) // 3
+        assert tape.stats.peak_bytes <= budget
         plans.add(tuple(memory._PLANS[next(reversed(memory._PLANS))][0]))
     assert len(plans) > 1  # the times did change the plan, and not the gradients
 
