@@ -9,9 +9,9 @@ backward, and nothing is timed.  Two bounds are asserted on its peak:
 * ``tracemalloc peak <= budget + X`` under ``rm.Tape(memory=budget)``;
 * ``tracemalloc peak <= FACTOR * tape.stats.peak_bytes + X`` under any tape,
 
-where X (:func:`transients`) is what the budget does not count: the step being
-evaluated, the cotangents, the parameters' gradients and a fixed allowance for
-Python objects.  The gradients are store-all's bit for bit, whatever the plan.
+where X (:func:`transients`, the README's memory model) is what the budget does not
+count: the step being evaluated or reversed, the cotangents, the parameters'
+gradients and Python's objects.  The gradients are store-all's bit for bit, whatever the plan.
 
 The step programs are test_dual's random compositions of the op table (reused, not
 rewritten) inside a frame that adds what a memory count can miss: views of larger
@@ -35,23 +35,26 @@ from .test_dual import programs, run_program
 
 KiB = 1024
 
-# tracemalloc's peak may exceed tape.stats.peak_bytes by this factor (NumPy's array
-# headers, Python objects of records and slots: a few hundred bytes an array, a few
-# per cent of states of 8-32 KiB), plus X
-FACTOR = 1.25
+# the stated factor: tracemalloc's peak is at most FACTOR * tape.stats.peak_bytes + X
+# (1: the Python objects of each tape held are in X's c)
+FACTOR = 1.0
 
 
-def transients(state_bytes, param_bytes, step_bytes):
-    """X: what the budget does not count, in bytes.
+def transients(step_bytes, state_bytes, param_bytes, ys_bytes, steps):
+    """X = 2 M + 3 S + 3 G + Y + c: what a budget does not count, in bytes (the README's
+    memory model; each term measured here with tracemalloc or NumPy, not by remat).
 
-    ``step_bytes`` is one step's working set, the state being evaluated (tracemalloc's
-    peak of one recorded call of the step, measured here, apart from remat's
-    accounting); ``3 * state_bytes`` the cotangents of the sweep (the state's, the
-    one being made, the initial state's gradient); ``2 * param_bytes`` the parameters'
-    gradients and their sums; 64 KiB the Python objects of the tape, the plan and the
-    slots.  ``state_bytes`` counts the buffers a state keeps alive (a view's whole base).
+    M (``step_bytes``): one step's working set, tracemalloc's peak of one recorded call
+    of the step; reversing a step allocates at most about twice that.  S
+    (``state_bytes``): the largest state by buffer (a view counts its whole base):
+    the chain's output, its cotangent and the cotangent carried.  G
+    (``param_bytes``): the parameters the steps read: their gradients' running sum,
+    the one arriving and the sum being made.  Y: a scan's outputs, held row by row and
+    once stacked (``2 * ys_bytes``).  c: Python's objects, 64 KiB and 2.5 KiB for each
+    step tape held (at most every step).
     """
-    return step_bytes + 3 * state_bytes + 2 * param_bytes + 64 * KiB
+    c = 64 * KiB + 2560 * steps
+    return 2 * step_bytes + 3 * state_bytes + 3 * param_bytes + 2 * ys_bytes + c
 
 
 def traced_peak(fn):
@@ -91,26 +94,43 @@ def fresh_plans():
 
 
 class Loop:
-    """A step program, its parameters and initial state, and how to run it on a tape."""
+    """A step program, its parameters and initial state, and how to run it on a tape:
+    ``tape.loop``, ``tape.chain`` of the step repeated, or ``tape.scan`` of
+    ``(step(c), c's first row * x)`` over ``xs`` of shape (steps, width)."""
 
     def __init__(self, step, params, state, steps, form="loop"):
         self.step, self.params, self.state = step, params, state
         self.steps, self.form = steps, form
+        width = leaves(state)[0].shape[-1]
+        self.xs = (
+            np.linspace(-1, 1, steps * width).reshape(steps, width) if form == "scan" else None
+        )
+
+        def scanned(c, x):  # one function object, so that the plan cache knows it again
+            new = step(c)
+            return new, leaves(new)[0][0] * x
+
+        self.scanned = scanned
 
     def run(self, tape):
-        """(tape.stats, gradients of the initial state's leaves and the parameters)."""
+        """(tape.stats, gradients of the initial state's leaves, xs and the parameters)."""
         for p in self.params:
             p.grad = None
         x0 = [rm.tensor(a, requires_grad=True) for a in leaves(self.state)]
+        xs = None if self.xs is None else rm.tensor(self.xs, requires_grad=True)
         state = rebuild(self.state, x0)
         with tape:
             if self.form == "chain":
                 out = tape.chain([self.step] * self.steps, state)
+            elif self.form == "scan":
+                out, ys = tape.scan(self.scanned, state, xs)
             else:
                 out = tape.loop(self.step, state, steps=self.steps)
             loss = sum((leaf * leaf).sum() for leaf in leaves(out))
+            if self.form == "scan":
+                loss = loss + ys.sum()
         loss.backward()
-        grads = [x.grad for x in x0] + [p.grad for p in self.params]
+        grads = [x.grad for x in [*x0, xs] if x is not None] + [p.grad for p in self.params]
         for p in self.params:
             p.grad = None
         return tape.stats, grads
@@ -121,15 +141,28 @@ class Loop:
         (stats, grads), peak = traced_peak(lambda: self.run(make_tape()))
         return stats, grads, peak
 
-    def sizes(self):
-        """(largest state's held bytes, parameter bytes, one step's working set): the
-        arguments of :func:`transients`, measured with tracemalloc, not by remat."""
+    def transients(self, grads):
+        """X for this loop (:func:`transients`), its terms measured with tracemalloc and
+        NumPy, not by remat; ``grads`` (store-all's) tell which parameters the steps read.
+        Returns (X, a description of its terms)."""
         state = rebuild(self.state, [rm.tensor(a, requires_grad=True) for a in leaves(self.state)])
-        out, step_bytes = traced_peak(lambda: self.step(state))
+        if self.form == "scan":
+            x = rm.tensor(self.xs[0], requires_grad=True)
+            (out, _), step_bytes = traced_peak(lambda: self.scanned(state, x))
+        else:
+            out, step_bytes = traced_peak(lambda: self.step(state))
         state_bytes = max(
             held_bytes(leaves(self.state)), held_bytes([t.numpy() for t in leaves(out)])
         )
-        return state_bytes, sum(p.numpy().nbytes for p in self.params), step_bytes
+        read = [p for p, g in zip(self.params, grads[-len(self.params) :]) if g is not None]
+        param_bytes = sum(p.numpy().nbytes for p in read)
+        ys_bytes = self.xs.nbytes if self.form == "scan" else 0
+        total = transients(step_bytes, state_bytes, param_bytes, ys_bytes, self.steps)
+        terms = (
+            f"M {step_bytes}, S {state_bytes}, G {param_bytes}, Y {2 * ys_bytes}, "
+            f"{self.steps} steps"
+        )
+        return total, terms
 
 
 def rebuild(like, arrays):
@@ -143,16 +176,14 @@ def check(loop, make_tape, budget, description):
     _, reference = loop.run(rm.Tape())
     stats, grads, peak = loop.traced(make_tape)
     assert all(np.array_equal(a, b) for a, b in zip(grads, reference)), description
-    state_bytes, param_bytes, step_bytes = loop.sizes()
-    x = transients(state_bytes, param_bytes, step_bytes)
+    x, terms = loop.transients(reference)
     said = (
         f"{description}: tracemalloc peak {peak} bytes, tape.stats.peak_bytes "
-        f"{stats.peak_bytes}, budget {budget}, X {x} (state {state_bytes}, parameters "
-        f"{param_bytes}, one step {step_bytes})"
+        f"{stats.peak_bytes}, budget {budget}, X {x} ({terms})"
     )
     if budget is not None:
         assert peak <= budget + x, f"over budget + X: {said}"
-    assert peak <= FACTOR * stats.peak_bytes + x, f"over {FACTOR} x peak_bytes + X: {said}"
+    assert peak <= FACTOR * stats.peak_bytes + x, f"over peak_bytes + X: {said}"
     return stats, peak
 
 
@@ -185,15 +216,16 @@ def test_an_index_table_an_op_keeps_is_counted():
 
 
 # guards: a state that is a view (a row of a broadcast product) was counted at the
-# view's 2 KiB, but kept its whole 32 KiB base alive, in every snapshot and tape
-@pytest.mark.parametrize("tape", ["memory=256 KiB", "snapshots=8"])
+# view's 4 KiB, but kept its whole 128 KiB base alive, in every snapshot and tape:
+# 4.5 MB held under 384 KiB (the least that fits, counted by buffer, is 260 KiB)
+@pytest.mark.parametrize("tape", ["memory=384 KiB", "snapshots=8"])
 def test_a_view_state_counts_its_whole_base(tape):
-    s = rm.tensor(RNG.standard_normal((16, 1)), requires_grad=True)
-    loop = Loop(lambda h: rm.tanh(h * s)[-1], [s], RNG.standard_normal(256), steps=40)
+    s = rm.tensor(RNG.standard_normal((32, 1)), requires_grad=True)
+    loop = Loop(lambda h: rm.tanh(h * s)[-1], [s], RNG.standard_normal(512), steps=40)
     if tape == "snapshots=8":
         check(loop, lambda: rm.Tape(snapshots=8), None, "tanh(h * s)[-1], snapshots=8")
     else:
-        check(loop, lambda: rm.Tape(memory=256 * KiB), 256 * KiB, "tanh(h * s)[-1]")
+        check(loop, lambda: rm.Tape(memory=384 * KiB), 384 * KiB, "tanh(h * s)[-1]")
 
 
 # guards: the replay check kept one fingerprint per step (an array("L") of n entries),
@@ -206,7 +238,8 @@ def test_the_replay_check_holds_memory_flat_in_the_number_of_steps():
         return h + rm.tanh(h @ w)
 
     short = Loop(step, [w], x, steps=256).traced(lambda: rm.Tape(snapshots=12))[2]
-    long = traced_peak(lambda: Loop(step, [w], x, steps=4096).run(rm.Tape(snapshots=12)))[1]
+    loop = Loop(step, [w], x, steps=4096)
+    long = traced_peak(lambda: loop.run(rm.Tape(snapshots=12)))[1]
     assert long - short <= 8 * KiB, (
         f"revolve with 12 snapshots and the replay check: tracemalloc peak {short} bytes "
         f"at n = 256, {long} at n = 4096 (+{long - short}; flat means within 8 KiB)"
@@ -232,7 +265,12 @@ FRAMES = {
         [y[:, : h.shape[1] // 2], h[:, h.shape[1] // 2 :]], axis=1
     ),
     "in_place": lambda y, h, t: _in_place(y, h),
+    "checkpoint": lambda y, h, t: rm.checkpoint(_block)(y),
 }
+
+
+def _block(u):
+    return rm.tanh(u) * u
 
 
 def _in_place(y, h):
@@ -256,7 +294,14 @@ TAPES = [
     *(("memory", name) for name in ("optimal", "revolve", "mixed")),
     *(("snapshots", name) for name in ("revolve", "sqrt", "online", "mixed", "periodic")),
     ("snapshots", "store_all"),
+    ("disk", "two_level"),  # snapshots= in memory and 2 disk slots
 ]
+# what the first run of each step keeps for its recomputations (rm.Tape(policy=))
+POLICIES = {
+    "none": None,
+    "save_ops('matmul')": rm.policies.save_ops("matmul"),
+    "save_everything": rm.policies.save_everything,
+}
 
 
 def make_loop(n, body, frames, finish, kind, form, steps, seed):
@@ -304,15 +349,16 @@ def make_loop(n, body, frames, finish, kind, form, steps, seed):
     frames=st.lists(st.sampled_from(sorted(FRAMES)), max_size=2),
     finish=st.sampled_from(sorted(FINISH)),
     kind=st.sampled_from(["array", "tuple", "dict"]),
-    form=st.sampled_from(["loop", "chain"]),
-    steps=st.integers(6, 16),
+    form=st.sampled_from(["loop", "chain", "scan"]),
+    steps=st.integers(10, 40),
     tape=st.sampled_from(TAPES),
     share=st.sampled_from([0.2, 0.35, 0.5, 0.75, 1.0]),
     slots=st.integers(1, 5),
+    policy=st.sampled_from(sorted(POLICIES)),
     seed=st.integers(0, 2**31),
 )
 def test_tracemalloc_peak_is_within_the_budget_and_the_count_plus_transients(
-    n, body, frames, finish, kind, form, steps, tape, share, slots, seed
+    n, body, frames, finish, kind, form, steps, tape, share, slots, policy, seed
 ):
     # guards: every kind of memory a budget missed (issue 24): steps that save nothing,
     # index tables, views of larger buffers, in pytree states, under every schedule
@@ -325,22 +371,33 @@ def test_tracemalloc_peak_is_within_the_budget_and_the_count_plus_transients(
         f"{form} of {steps} steps, state {kind} of ({n}, {n}), program {body}, frames "
         f"{frames}, finish {finish!r}, seed {seed}"
     )
-    if what == "snapshots":
+    kept = POLICIES[policy]
+    if what == "disk":
         budget = None
 
         def make_tape():
-            return rm.Tape(snapshots=slots, schedule=name)
+            return rm.Tape(snapshots=slots, disk_snapshots=2)
 
-        description += f", Tape(snapshots={slots}, schedule={name!r})"
+        description += f", Tape(snapshots={slots}, disk_snapshots=2)"
+    elif what == "snapshots":
+        budget = None
+
+        def make_tape():
+            return rm.Tape(snapshots=slots, schedule=name, policy=kept)
+
+        description += f", Tape(snapshots={slots}, schedule={name!r}, policy={policy})"
     else:
         # the budget: a share of what store-all holds, as tracemalloc sees it
         _, store_all = traced_peak(lambda: loop.run(rm.Tape()))
         budget = max(int(share * store_all), 1)
 
         def make_tape():
-            return rm.Tape(memory=budget, schedule=None if name == "optimal" else name)
+            schedule = None if name == "optimal" else name
+            return rm.Tape(memory=budget, schedule=schedule, policy=kept)
 
-        description += f", Tape(memory={budget}, schedule={name!r}) ({share} of store-all)"
+        description += (
+            f", Tape(memory={budget}, schedule={name!r}, policy={policy}) ({share} of store-all)"
+        )
         try:
             loop.run(make_tape())
         except ValueError as error:
