@@ -16,8 +16,11 @@ gradients and Python's objects.  The gradients are store-all's bit for bit, what
 The step programs are test_dual's random compositions of the op table (reused, not
 rewritten) inside a frame that adds what a memory count can miss: views of larger
 buffers (slices, reshape, transpose, a row of a broadcast product), gathers with an
-integer index table as large as the state, concatenation, ``+=`` updates, and states
-that are tuples or dicts of arrays.
+integer index table as large as the state, concatenation, ``+=`` updates, an
+``rm.checkpoint`` inside the step, and states that are tuples or dicts of arrays; run
+as ``tape.loop``, ``tape.chain`` and ``tape.scan``, under byte budgets from a fifth of
+what store-all holds to all of it, under every schedule with a few slots, on disk
+tapes, and with policies.
 """
 
 import gc
@@ -171,9 +174,11 @@ def rebuild(like, arrays):
     return tuple(arrays) if isinstance(like, tuple) else arrays[0]
 
 
-def check(loop, make_tape, budget, description):
-    """Trace ``loop`` on ``make_tape()`` and assert the two bounds and the gradients."""
-    _, reference = loop.run(rm.Tape())
+def check(loop, make_tape, budget, description, reference=None):
+    """Trace ``loop`` on ``make_tape()`` and assert the two bounds, and the gradients
+    against ``reference`` (store-all's, computed here if not given)."""
+    if reference is None:
+        _, reference = loop.run(rm.Tape())
     stats, grads, peak = loop.traced(make_tape)
     assert all(np.array_equal(a, b) for a, b in zip(grads, reference)), description
     x, terms = loop.transients(reference)
@@ -189,29 +194,29 @@ def check(loop, make_tape, budget, description):
 
 # --- the four cases of issue 24 ---------------------------------------------------
 
-RNG = np.random.default_rng(24)
-
 
 # guards: a step whose ops save none of their inputs (h * 0.5 + b) measured as a 0-byte
 # tape, so the plan taped every step, each keeping its output state alive: 1.5 MB held
 # under a 128 KiB budget, tape.stats.peak_bytes 0
 def test_a_step_that_saves_nothing_still_holds_its_state():
-    b = rm.tensor(RNG.standard_normal(4096), requires_grad=True)  # 32 KiB states
-    loop = Loop(lambda h: h * 0.5 + b, [b], RNG.standard_normal(4096), steps=40)
+    rng = np.random.default_rng(24)
+    b = rm.tensor(rng.standard_normal(4096), requires_grad=True)  # 32 KiB states
+    loop = Loop(lambda h: h * 0.5 + b, [b], rng.standard_normal(4096), steps=40)
     check(loop, lambda: rm.Tape(memory=128 * KiB), 128 * KiB, "h * 0.5 + b, 40 steps")
 
 
 # guards: an integer index table, copied into every indexing record (u[nbr]), was not
 # counted: each taped step kept 4 x the state's bytes of int64 the budget did not see
 def test_an_index_table_an_op_keeps_is_counted():
+    rng = np.random.default_rng(24)
     n = 2048  # 16 KiB states, a neighbour table (n, 4) of 64 KiB
-    nbr = RNG.integers(0, n, size=(n, 4))
-    w = rm.tensor(RNG.standard_normal(n) * 0.1, requires_grad=True)
+    nbr = rng.integers(0, n, size=(n, 4))
+    w = rm.tensor(rng.standard_normal(n) * 0.1, requires_grad=True)
 
     def diffuse(u):
         return u + 0.1 * (u[nbr].sum(axis=1) * w - 4.0 * u)
 
-    loop = Loop(diffuse, [w], RNG.standard_normal(n), steps=40)
+    loop = Loop(diffuse, [w], rng.standard_normal(n), steps=40)
     check(loop, lambda: rm.Tape(memory=256 * KiB), 256 * KiB, "u + 0.1 (u[nbr] w - 4u)")
 
 
@@ -220,8 +225,9 @@ def test_an_index_table_an_op_keeps_is_counted():
 # 4.5 MB held under 384 KiB (the least that fits, counted by buffer, is 260 KiB)
 @pytest.mark.parametrize("tape", ["memory=384 KiB", "snapshots=8"])
 def test_a_view_state_counts_its_whole_base(tape):
-    s = rm.tensor(RNG.standard_normal((32, 1)), requires_grad=True)
-    loop = Loop(lambda h: rm.tanh(h * s)[-1], [s], RNG.standard_normal(512), steps=40)
+    rng = np.random.default_rng(24)
+    s = rm.tensor(rng.standard_normal((32, 1)), requires_grad=True)
+    loop = Loop(lambda h: rm.tanh(h * s)[-1], [s], rng.standard_normal(512), steps=40)
     if tape == "snapshots=8":
         check(loop, lambda: rm.Tape(snapshots=8), None, "tanh(h * s)[-1], snapshots=8")
     else:
@@ -231,8 +237,9 @@ def test_a_view_state_counts_its_whole_base(tape):
 # guards: the replay check kept one fingerprint per step (an array("L") of n entries),
 # so revolve's memory grew with n, not with its s slots: +32 KiB from n = 256 to 4096
 def test_the_replay_check_holds_memory_flat_in_the_number_of_steps():
-    w = rm.tensor(RNG.standard_normal((16, 16)) / 8, requires_grad=True)
-    x = RNG.standard_normal((4, 16))  # 512-byte states, as in python -m benchmarks logn
+    rng = np.random.default_rng(24)
+    w = rm.tensor(rng.standard_normal((16, 16)) / 8, requires_grad=True)
+    x = rng.standard_normal((4, 16))  # 512-byte states, as in python -m benchmarks logn
 
     def step(h):
         return h + rm.tanh(h @ w)
@@ -403,4 +410,4 @@ def test_tracemalloc_peak_is_within_the_budget_and_the_count_plus_transients(
         except ValueError as error:
             assert "too small" in str(error), description
             assume(False)
-    check(loop, make_tape, budget, description)
+    check(loop, make_tape, budget, description, reference)
