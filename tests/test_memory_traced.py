@@ -253,6 +253,32 @@ def test_the_replay_check_holds_memory_flat_in_the_number_of_steps():
     )
 
 
+# guards: under a policy, the first run of each step notes every op it evaluates (op,
+# shapes, dtypes: selective.Saving), held until the step is reversed and not counted:
+# 3.4 KiB a step on a 512-byte state, of which tape.stats.peak_bytes saw the 0.5 KiB kept
+def test_what_a_policy_notes_of_each_step_is_counted():
+    rng = np.random.default_rng(24)
+    w = rm.tensor(rng.standard_normal((16, 16)) / 8, requires_grad=True)
+    x = rng.standard_normal((4, 16))
+
+    def step(h):
+        return h + rm.tanh(h @ w)
+
+    def measured(n):
+        loop = Loop(step, [w], x, steps=n)
+        stats, _, peak = loop.traced(
+            lambda: rm.Tape(snapshots=4, policy=rm.policies.save_ops("add"))
+        )
+        return peak, stats.peak_bytes
+
+    (short, counted_short), (long, counted_long) = measured(100), measured(400)
+    assert long - short <= counted_long - counted_short + 8 * KiB, (
+        f"revolve with 4 snapshots and policy save_ops('add'): tracemalloc peak {short} "
+        f"bytes at n = 100, {long} at n = 400 (+{long - short}); tape.stats.peak_bytes "
+        f"{counted_short}, {counted_long} (+{counted_long - counted_short})"
+    )
+
+
 # --- random step programs ---------------------------------------------------------
 
 
