@@ -27,6 +27,7 @@ import numpy as np
 
 from remat import memory
 from remat.budget import Tape
+from remat.tape import Recorder
 from remat.workloads import resmlp
 
 PLOT = Path(__file__).resolve().parent.parent / "docs" / "memory_traced.png"
@@ -42,22 +43,23 @@ def transients(workload):
 
     Measured with tracemalloc and NumPy, apart from remat's own count: M is the peak
     of one recorded call of the step (its tape, temporaries and output), S the
-    state's bytes, G the parameters', c = 64 KiB and 2.5 KiB for each step tape
-    held (here: for each step of the loop, the most any plan holds).
+    state's bytes, G the parameters', c = 64 KiB and 1 KiB for each record of each
+    step (the records of one recorded call, counted; at most every step is held).
     """
     state = workload.state
     gc.collect()
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        out = workload.step(state)
-        m = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
+    with Recorder() as recorder:
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            out = workload.step(state)
+            m = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
     del out
     s = state.numpy().nbytes
     g = sum(p.numpy().nbytes for p in workload.params)
-    return 2 * m + 3 * s + 3 * g + 64 * KiB + 2560 * workload.steps
+    return 2 * m + 3 * s + 3 * g + 64 * KiB + 1024 * len(recorder.records) * workload.steps
 
 
 def measure(quick=False):
