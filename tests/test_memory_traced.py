@@ -352,7 +352,9 @@ def make_loop(n, body, frames, finish, kind, form, steps, seed):
     return Loop(step, [p, c, g], state, steps, form)
 
 
-# no shrinking: each example traces five runs, and shrinking a failure took minutes;
+# guards: every kind of memory a budget missed (issue 24): steps that save nothing,
+# index tables, views of larger buffers, in pytree states, under every schedule.
+# No shrinking: each example traces five runs, and shrinking a failure took minutes;
 # the message names the program, the tape and the seed
 @settings(max_examples=30, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(
@@ -372,8 +374,6 @@ def make_loop(n, body, frames, finish, kind, form, steps, seed):
 def test_tracemalloc_peak_is_within_the_budget_and_the_count_plus_transients(
     n, body, frames, finish, kind, form, steps, tape, share, slots, policy, seed
 ):
-    # guards: every kind of memory a budget missed (issue 24): steps that save nothing,
-    # index tables, views of larger buffers, in pytree states, under every schedule
     loop = make_loop(n, body, frames, finish, kind, form, steps, seed)
     with np.errstate(all="ignore"):
         _, reference = loop.run(rm.Tape())
