@@ -1,11 +1,11 @@
 """Run the benchmarks and print markdown: ``python -m benchmarks [--quick] [--write] [names...]``.
 
-Names: core, schedules, loop, online, logn, depth, replay, memory, forward, overheads,
-disk, transformer, planning (all by default).  ``--quick`` runs tiny sizes (a smoke test; the
-figures mean nothing).  ``--write`` also records the output in benchmarks/RESULTS.md:
-the sections of the benchmarks just run are replaced, the others kept, and so is the
-hand-written "Where remat is behind" section, which whoever reruns should revise
-against the new figures.  Each section says when and on what it was measured.
+Names: core, schedules, loop, online, logn, depth, replay, memory, traced, forward,
+overheads, disk, transformer, planning (all by default).  ``--quick`` runs tiny sizes (a
+smoke test; the figures mean nothing).  ``--write`` also records the output in
+benchmarks/RESULTS.md: the sections of the benchmarks just run are replaced, the others
+kept, and so is the hand-written "Where remat is behind" section, which whoever reruns
+should revise against the new figures.  Each section says when and on what it was measured.
 
 A benchmark whose module cannot be imported is skipped with the reason, in
 the output and on stderr; a peer library a benchmark compares against is
@@ -29,6 +29,7 @@ MODULES = {
     "depth": "benchmarks.bench_depth",
     "replay": "benchmarks.bench_replay",
     "memory": "benchmarks.bench_memory",
+    "traced": "benchmarks.bench_traced",
     "forward": "benchmarks.bench_forward",
     "overheads": "benchmarks.bench_overheads",
     "disk": "benchmarks.bench_disk",

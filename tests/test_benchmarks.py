@@ -26,6 +26,9 @@ HEADERS = {
     "logn": ["| n | s = ceil(log2 n) | forward_steps / n |"],
     "depth": ["| contender | depth L | s (fwd+bwd) | time vs smallest depth |"],
     "replay": ["| schedule | check_replay=True ms | False ms | ratio |"],
+    "traced": [
+        "| tape | schedule | budget | budget KiB | tape.stats.peak_bytes KiB | tracemalloc KiB |"
+    ],
     "forward": [
         "| contender | wall us per op | vs hand-written | CPU us per op | vs (CPU) |",
         "| schedule | two gradients s | rm.hvp s | hvp / two gradients |",
