@@ -437,6 +437,9 @@ def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=Non
         if alike:
             try:
                 _, _, tape_bytes, after = _time_steps(run, chain, 0, 1, 1, steps, memory)
+                if steps > 1:  # x_1 may keep a larger buffer than x_0 (a view of its base),
+                    # and so may every later step's tape: the loop's tape is the larger
+                    tape_bytes = max(tape_bytes, _time_steps(run, chain, 1, 2, 2, steps, memory)[2])
             except _OverBudget as refused:
                 sizes = [_nbytes(x0)] * (steps + 1), [refused.held] * steps
                 raise _refused(tape, chain, memory, 0, refused.held, *sizes, alike=True) from None
