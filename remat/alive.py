@@ -93,17 +93,19 @@ class Holdings:
     """Bytes held by a chain right now: each buffer counted once however often held
     (by the id of the array owning it, so a view counts its whole base).
 
-    With a ``limit`` (a byte budget), holding more raises a LoopError: the
-    costs a plan was made from no longer describe the chain (``why``: what
-    the error says of it, where the cause is known beforehand).
+    With a ``limit`` (a byte budget), holding more raises ``error`` (the
+    executor's LoopError): the costs a plan was made from no longer describe
+    the chain (``why``: what the error says of it, where the cause is known
+    beforehand).
     """
 
-    def __init__(self, limit=None, why=None):
+    def __init__(self, limit=None, why=None, error=RuntimeError):
         self.count = {}  # id(owner) -> [owner, holders]
         self.bytes = 0
         self.peak = 0
         self.limit = limit
         self.why = why
+        self.error = error
 
     def hold(self, arrays):
         count = self.count
@@ -119,14 +121,12 @@ class Holdings:
         if self.bytes > self.peak:
             self.peak = self.bytes
             if self.limit is not None and self.peak > self.limit:
-                from .executor import LoopError  # (the executor imports this module)
-
                 why = self.why or (
                     "a step's tape or state is larger than when the plan was measured (a step "
                     "whose records depend on the values?); clear the plan cache "
                     "(remat.memory.clear_plans()) or give more memory"
                 )
-                raise LoopError(
+                raise self.error(
                     f"the chain now holds {self.peak} bytes, more than its budget of "
                     f"{self.limit} bytes: {why}"
                 )

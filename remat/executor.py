@@ -534,10 +534,10 @@ def saved_by(records, floor, inputs, also=(), outside=frozenset()):
     VJPs, the arrays an op keeps beside its operands (an index table: ``u[nbr]``),
     and ``also``: the step's input state x_i, which the tape keeps alive whether
     or not a VJP reads it (through the previous tape's outputs, or the slot it
-    came from).  The tape keeps its output state x_{i+1} alive too: that is
-    counted where the plan counts it, by the next step's tape (as its input) or
-    by a snapshot; a scan's y_i are in the ys the run holds anyway (a transient
-    of :mod:`remat.alive`).  Parameters are not the
+    came from).  Its output state x_{i+1} is a record's output, counted with the
+    records (Holdings counts a buffer the next tape or a snapshot also holds
+    once); a scan's y_i are in the ys the run holds anyway (a transient of
+    :mod:`remat.alive`).  Parameters are not the
     chain's to count, nor is a view of one (``W.T``), nor of a buffer ``outside``
     holds (ids: a scan's ``xs``, whose rows its steps read).  A chain run inside the
     step holds its snapshots, tapes and x_0 until it is reversed: they count too.
@@ -830,7 +830,7 @@ class ChainRun:
         self.taped_end = None  # (arrays, fingerprint) of where the last Tape ended, if current
         self.ys = []  # the stacked ys, a buffer per leaf: row i is y_i, from the forward sweep
         self.ys_spec = None
-        self.held = Holdings(self.byte_limit)  # Tape(memory=): its budget
+        self.held = Holdings(self.byte_limit, error=LoopError)  # Tape(memory=): its budget
         # the buffers of a scan's xs: the caller's, not counted in a step's tape
         self.xs_buffers = frozenset(id(backend.memory_owner(a)) for a in chain.xs)
         self.keeping = None  # a KeepingRun's: step index -> what its first run kept
@@ -1469,7 +1469,7 @@ class ChainRun:
         run.disk = None  # its disk slots are files of its own (the first run's are gone)
         run.inverted = None
         run.keeping = None  # a policy's kept values went with the first backward: recompute
-        run.held = Holdings(None if kind and not budgeted else self.byte_limit)
+        run.held = Holdings(None if kind and not budgeted else self.byte_limit, error=LoopError)
         if budgeted:
             run.held.why = (
                 f"{self.chain.owner}'s run with tangents (rm.hvp, rm.grad of rm.grad) was "

@@ -11,14 +11,13 @@ M, S and G are measured here apart from remat's accounting: M with tracemalloc
 (one recorded call of the step), S by walking NumPy's ``.base`` links.
 """
 
-import gc
-import tracemalloc
-
 import numpy as np
 import pytest
 
 import remat as rm
 from remat import memory
+
+from .tracing import buffer_bytes, traced
 
 KiB = 1024
 RNG = np.random.default_rng(24)
@@ -29,29 +28,6 @@ def fresh_plans():
     memory.clear_plans()
     yield
     memory.clear_plans()
-
-
-def traced(fn):
-    """(fn(), the peak bytes newly allocated while it ran, as tracemalloc saw them)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        result = fn()
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return result, peak
-
-
-def buffer_bytes(arrays):
-    """Bytes of the buffers ``arrays`` keep alive, each base once (NumPy's .base)."""
-    owners = {}
-    for a in arrays:
-        while isinstance(a.base, np.ndarray):
-            a = a.base
-        owners[id(a)] = a.nbytes
-    return sum(owners.values())
 
 
 def transients(step, x0, params, steps):

@@ -23,9 +23,6 @@ what store-all holds to all of it, under every schedule with a few slots, on dis
 tapes, and with policies.
 """
 
-import gc
-import tracemalloc
-
 import numpy as np
 import pytest
 from hypothesis import Phase, assume, given, settings
@@ -35,6 +32,7 @@ import remat as rm
 from remat import memory
 
 from .test_dual import programs, run_program
+from .tracing import buffer_bytes, traced
 
 KiB = 1024
 
@@ -59,29 +57,6 @@ def transients(step_bytes, state_bytes, param_bytes, ys_bytes, records, steps, p
     """
     c = 64 * KiB + 1024 * records * steps * (2 if policy else 1)
     return 2 * step_bytes + 3 * state_bytes + 3 * param_bytes + 2 * ys_bytes + c
-
-
-def traced_peak(fn):
-    """(fn's result, peak bytes newly allocated while ``fn()`` ran, as tracemalloc saw)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        result = fn()
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return result, peak
-
-
-def held_bytes(arrays):
-    """Bytes of the buffers that ``arrays`` keep alive: each base counted once."""
-    bases = {}
-    for a in arrays:
-        while isinstance(a.base, np.ndarray):
-            a = a.base
-        bases[id(a)] = a.nbytes
-    return sum(bases.values())
 
 
 def leaves(state):
@@ -142,7 +117,7 @@ class Loop:
     def traced(self, make_tape):
         """Run twice on new tapes; trace the second: (stats, gradients, tracemalloc peak)."""
         self.run(make_tape())
-        (stats, grads), peak = traced_peak(lambda: self.run(make_tape()))
+        (stats, grads), peak = traced(lambda: self.run(make_tape()))
         return stats, grads, peak
 
     def transients(self, grads, policy=False):
@@ -153,12 +128,12 @@ class Loop:
         with rm.Recorder() as recorder:
             if self.form == "scan":
                 x = rm.tensor(self.xs[0], requires_grad=True)
-                (out, _), step_bytes = traced_peak(lambda: self.scanned(state, x))
+                (out, _), step_bytes = traced(lambda: self.scanned(state, x))
             else:
-                out, step_bytes = traced_peak(lambda: self.step(state))
+                out, step_bytes = traced(lambda: self.step(state))
         records = len(recorder.records)
         state_bytes = max(
-            held_bytes(leaves(self.state)), held_bytes([t.numpy() for t in leaves(out)])
+            buffer_bytes(leaves(self.state)), buffer_bytes([t.numpy() for t in leaves(out)])
         )
         read = [p for p, g in zip(self.params, grads[-len(self.params) :]) if g is not None]
         param_bytes = sum(p.numpy().nbytes for p in read)
@@ -251,7 +226,7 @@ def test_the_replay_check_holds_memory_flat_in_the_number_of_steps():
 
     short = Loop(step, [w], x, steps=256).traced(lambda: rm.Tape(snapshots=12))[2]
     loop = Loop(step, [w], x, steps=4096)
-    long = traced_peak(lambda: loop.run(rm.Tape(snapshots=12)))[1]
+    long = traced(lambda: loop.run(rm.Tape(snapshots=12)))[1]
     assert long - short <= 8 * KiB, (
         f"revolve with 12 snapshots and the replay check: tracemalloc peak {short} bytes "
         f"at n = 256, {long} at n = 4096 (+{long - short}; flat means within 8 KiB)"
@@ -400,7 +375,7 @@ def test_tracemalloc_peak_is_within_the_budget_and_the_count_plus_transients(
         description += f", Tape(snapshots={slots}, schedule={name!r}, policy={policy})"
     else:
         # the budget: a share of what store-all holds, as tracemalloc sees it
-        _, store_all = traced_peak(lambda: loop.run(rm.Tape()))
+        _, store_all = traced(lambda: loop.run(rm.Tape()))
         budget = max(int(share * store_all), 1)
 
         def make_tape():

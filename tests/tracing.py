@@ -1,0 +1,30 @@
+"""Measuring memory in tests, apart from remat's own accounting: tracemalloc's peak of
+a call, and the bytes of the buffers arrays keep alive (NumPy's ``.base`` links)."""
+
+import gc
+import tracemalloc
+
+import numpy as np
+
+
+def traced(fn):
+    """(fn(), the peak bytes newly allocated while it ran, as tracemalloc saw them)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+def buffer_bytes(arrays):
+    """Bytes of the buffers ``arrays`` keep alive, each base once (NumPy's .base)."""
+    owners = {}
+    for a in arrays:
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        owners[id(a)] = a.nbytes
+    return sum(owners.values())
