@@ -18,7 +18,7 @@ Griewank-Walther optimum ``T(n, s)``.  The full run draws
 benchmarks/logn.png (matplotlib, if installed).
 """
 
-from benchmarks.common import environment, skip, table, traced_peak  # noqa: I001
+from benchmarks.common import environment, figure, table, traced_peak  # noqa: I001
 
 import math
 from pathlib import Path
@@ -148,12 +148,9 @@ def run(quick=False):
         "",
     ]
     if not quick:
-        try:
-            plot(rows, PLOT)
-            out += [f"![peak bytes and forward steps per step]({PLOT.name})", ""]
-        except ImportError as error:
-            skip("the plot", error)
-            out += [f"(plot skipped: {error})", ""]
+        out += figure(
+            lambda: plot(rows, PLOT), f"![peak bytes and forward steps per step]({PLOT.name})"
+        )
     return "\n".join(out)
 
 

@@ -17,10 +17,8 @@ tracemalloc's peak against the budget (``memory=``) and against
 ``tape.stats.peak_bytes`` (``snapshots=``), with the lines y = x and y = x + X.
 """
 
-from benchmarks.common import environment, skip, table, traced_peak  # noqa: I001  (BLAS first)
+from benchmarks.common import environment, figure, table, traced_peak  # noqa: I001  (BLAS first)
 
-import gc
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -47,16 +45,8 @@ def transients(workload):
     step (the records of one recorded call, counted; at most every step is held).
     """
     state = workload.state
-    gc.collect()
     with Recorder() as recorder:
-        tracemalloc.start()
-        try:
-            base = tracemalloc.get_traced_memory()[0]
-            out = workload.step(state)
-            m = tracemalloc.get_traced_memory()[1] - base
-        finally:
-            tracemalloc.stop()
-    del out
+        m = traced_peak(lambda: workload.step(state))
     s = state.numpy().nbytes
     g = sum(p.numpy().nbytes for p in workload.params)
     return 2 * m + 3 * s + 3 * g + 64 * KiB + 1024 * len(recorder.records) * workload.steps
@@ -210,12 +200,8 @@ def run(quick=False):
         "",
     ]
     if not quick:
-        try:
-            plot(rows, x, f"{description}, {steps} steps", PLOT)
-            out += [f"![tracemalloc peak against the budget](../docs/{PLOT.name})", ""]
-        except ImportError as error:
-            skip("the plot", error)
-            out += [f"(plot skipped: {error})", ""]
+        draw = lambda: plot(rows, x, f"{description}, {steps} steps", PLOT)  # noqa: E731
+        out += figure(draw, f"![tracemalloc peak against the budget](../docs/{PLOT.name})")
     return "\n".join(out)
 
 

@@ -131,6 +131,17 @@ def skip(name, reason):
     print(f"  (skipped {name}: {reason})")
 
 
+def figure(draw, link):
+    """The markdown lines of a figure: ``link`` once ``draw()`` has written it, or why
+    it was skipped (matplotlib missing)."""
+    try:
+        draw()
+    except ImportError as error:
+        skip("the plot", error)
+        return [f"(plot skipped: {error})", ""]
+    return [link, ""]
+
+
 def peer_counts(schedule, n, wd, rd):
     """(advances, disk writes, disk reads, cost) of a checkpoint_schedules schedule."""
     from checkpoint_schedules import StorageType
