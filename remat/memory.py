@@ -4,10 +4,11 @@ The memory model (that of :mod:`remat.schedules.costs`): at any moment a
 chain holds the states in its slots and the step tapes it keeps.
 ``state_bytes[i]`` is the bytes of state ``x_i`` (every leaf);
 ``tape_bytes[i]`` is the bytes step ``i``'s tape keeps alive of the step's own
-values (what its records hold, ``x_i`` included where a VJP reads it, and its
-output ``x_{i+1}``), exactly as :func:`remat.executor.saved_by` gives them to
-the Holdings that count ``tape.stats.peak_bytes``: by buffer, each once, a view
-as its whole base (:mod:`remat.alive`).  A loop's states are all taken at the
+values (what its records hold, its output ``x_{i+1}`` among them, and its input
+``x_i``, kept alive whether or not a VJP reads it), exactly as
+:func:`remat.executor.saved_by` gives them to the Holdings that count
+``tape.stats.peak_bytes``: by buffer, each once, a view as its whole base
+(:mod:`remat.alive`).  A loop's states are all taken at the
 larger of ``x_0``'s and ``x_1``'s bytes (``x_1`` may be a view of a larger
 buffer than ``x_0`` is).  The budget bounds their sum.  The state being
 evaluated, the cotangents, the parameters' gradients and a scan's ``ys`` are
@@ -116,6 +117,7 @@ from . import alive, backend, planning, schedules
 from .alive import Holdings
 from .executor import HANDLERS, ChainRun, KeepingRun, Spec, leaves_of
 from .selective import Unobserved
+from .units import format_bytes
 
 # The public names: what a user of Tape(memory=) may call.  The rest serve
 # remat.budget (measure, plan, run) and are documented for readers of the code.
@@ -336,7 +338,7 @@ def _refused(tape, chain, memory, step, held, state_bytes, tape_bytes, alike=Fal
         need,
         f"{chain.owner}: memory={memory} bytes is too small: step {step}'s tape alone would "
         f"hold {held} bytes, and {plan} needs at least {need} bytes "
-        f"({need / 2**20:.3f} MiB) under the measured sizes (measuring refused that tape "
+        f"({format_bytes(need)}) under the measured sizes (measuring refused that tape "
         f"before holding it; {how})",
     )
 
@@ -617,7 +619,7 @@ def _too_small(form, memory, need):
     return _TooSmall(
         need,
         f"{form}: memory={memory} bytes is too small for this chain: a valid schedule "
-        f"needs at least {need} bytes ({need / 2**20:.3f} MiB) under the measured costs",
+        f"needs at least {need} bytes ({format_bytes(need)}) under the measured costs",
     )
 
 
@@ -804,7 +806,7 @@ def _kept_too_much(form, memory, policy, kept, need):
         f"{form}: memory={memory} bytes is too small with policy {policy!r}: it keeps "
         f"{kept} bytes over the chain's steps (each step's values from its first run until "
         f"it is reversed), and the plan's slots and tapes need {need} bytes at least beside "
-        f"them: the least budget that works is memory={least} bytes ({least / 2**20:.3f} MiB)",
+        f"them: the least budget that works is memory={least} bytes ({format_bytes(least)})",
     )
 
 
@@ -853,7 +855,7 @@ def plan_reversible(tape, chain, state, steps):
             f"loop with {what}: it holds the state under reversal ({costs.state_bytes[0]} "
             f"bytes a state), its exact states and one step's tape ({costs.tape_bytes[0]} "
             f"bytes), {peak(s)} bytes at least: the least budget that works is memory="
-            f"{peak(s)} bytes ({peak(s) / 2**20:.3f} MiB)",
+            f"{peak(s)} bytes ({format_bytes(peak(s))})",
         )
     return schedules.Reversible(steps, s), costs
 

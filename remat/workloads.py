@@ -363,7 +363,7 @@ def transformer(
     >>> from remat.workloads import transformer
     >>> model = transformer(steps=2, width=16, heads=2, context=8, batch=2)
     >>> loss, grads = model.loss_and_gradients(rm.Tape(snapshots=1))
-    >>> abs(loss - 3.466) < 1.0, len(grads)  # near ln 32 = 3.466 at the start; 26 tensors
+    >>> loss == model.loss_and_gradients(rm.Tape())[0], len(grads)  # store-all's; 26 tensors
     (True, 26)
     """
     if width % heads:
