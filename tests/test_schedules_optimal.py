@@ -626,7 +626,7 @@ def test_block_starts_move_to_the_smallest_state_within_half_a_block(seed, n, da
 
 @pytest.mark.parametrize("seed", range(5))
 def test_the_least_peak_of_a_chain_whose_tapes_hold_their_inputs(seed):
-    from remat.planning import least_peaks
+    from remat.schedules.planning import least_peaks
 
     rng = random.Random(seed)
     n = 40

@@ -56,7 +56,7 @@ within 2**25 floats).
 Long chains: alike segments share rows.  ``D(a, b, .)`` depends only on the
 segment's steps, so segments alike step for step (same times, same sizes
 in units, in the same order) have the same row, and the table keeps one per
-distinct segment (:mod:`remat.planning`; the values and the choices are the
+distinct segment (:mod:`remat.schedules.planning`; the values and the choices are the
 same, bit for bit, as with a row a segment).  A chain that cycles through
 ``p`` kinds of layers (a transformer's blocks, say) has about ``p n``
 distinct segments and a split search of ``p n^2 levels / 2``: 1000 steps
@@ -96,7 +96,7 @@ both.  Work: ``B^3 levels / 6`` plus ``n (n / B)^2 levels / 6``.
 Cost of planning.  ``O(n^3 levels / 6)`` additions and minima and
 ``2 (n+1)^2 (levels+1)`` floats of memory for a heterogeneous chain whose
 steps all differ (with shared rows, the distinct segments' splits and rows
-instead); the arithmetic is NumPy's (:mod:`remat.planning`: one expression
+instead); the arithmetic is NumPy's (:mod:`remat.schedules.planning`: one expression
 over every start, split and level of a segment length, so Python loops
 ``n`` times), while this module keeps the recursion, the rounding and the
 actions.  On this 2-core machine, at 128 levels, one core's CPU time: about
@@ -124,9 +124,9 @@ from math import ceil, gcd
 from numbers import Integral, Real
 from typing import Any, TypeVar
 
-from ..planning import LengthTable, SplitTable, least_peaks, table_rows
 from .actions import Action, Free, Snapshot
 from .costs import ChainCosts
+from .planning import LengthTable, SplitTable, least_peaks, table_rows
 from .simulate import simulate
 from .splits import split_actions
 
@@ -350,7 +350,7 @@ def minimum_bytes(costs: ChainCosts) -> float:
     more), so in ``max(s + P[L - i], P[i])`` the first term falls and the
     second grows with ``i`` and the best split is found by bisection:
     ``O(n log n)``.  Otherwise every split is tried (NumPy,
-    :func:`remat.planning.least_peaks`): ``O(n^3 / 6)``, 0.7 s for
+    :func:`remat.schedules.planning.least_peaks`): ``O(n^3 / 6)``, 0.7 s for
     ``n = 1000``.
 
     >>> from remat.schedules import ChainCosts, minimum_bytes
@@ -390,7 +390,7 @@ def _crossing(lo: int, hi: int, before: Callable[[int], bool]) -> int:
 
 class _Plan:
     """The dynamic programme's table over integer memory levels (built by
-    :class:`remat.planning.SplitTable`), and the choices it implies."""
+    :class:`remat.schedules.planning.SplitTable`), and the choices it implies."""
 
     def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
         self.exact, budget, su, tu = _units(costs, memory, levels)
@@ -540,7 +540,7 @@ class _UniformPlan:
     ``D_L[k]`` stands for ``D(a, a + L, k)`` whatever ``a``, the splits are
     ``D_L = min(r + D_{L-1}[k - t], min over i of (i f + D_i[k]) + D_{L-i}[k - s])``,
     and the work is ``O(n^2 levels / 2)`` additions instead of ``O(n^3 levels / 6)``
-    (:class:`remat.planning.LengthTable`).
+    (:class:`remat.schedules.planning.LengthTable`).
     """
 
     def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
