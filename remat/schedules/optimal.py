@@ -99,7 +99,8 @@ steps all differ (with shared rows, the distinct segments' splits and rows
 instead); the arithmetic is NumPy's (:mod:`remat.schedules.planning`: one expression
 over every start, split and level of a segment length, so Python loops
 ``n`` times; :mod:`.levels`: the rounding, and the three plans over the
-tables), while this module keeps the recursion and the actions.  On this 2-core machine, at 128 levels, one core's CPU time: about
+tables), while this module keeps the recursion and the actions.  On this
+2-core machine, at 128 levels, one core's CPU time: about
 0.06 s for ``n = 100``, 0.3-0.4 s for ``n = 200``, 0.6-0.9 s for ``n = 250``
 (about 40 ns times ``n^3``; ``n = 1000`` would need 2 GB of tables and, by
 the cube, about 40 s; beyond 2**27 floats, 1 GiB, the tables are refused
