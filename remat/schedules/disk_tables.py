@@ -35,8 +35,8 @@ work grows with the disk slots, one table each, until a level equals the
 one below; with :data:`.disk.SHORTCUT_FROM` slots or more it first checks whether
 DiskRevolve's plan fits (903 slots at ``n = 10**4``), and then takes it:
 1000 disk slots plan in 0.03 s, where 200 still take some 20 s.  Iterating the actions adds
-about 0.15 s per 10**5 steps; the generator keeps an explicit stack, so no
-depth of disk segments can overflow Python's recursion limit.
+about 0.15 s per 10**5 steps; :mod:`.disk`'s generator keeps an explicit
+stack, so no depth of disk segments can overflow Python's recursion limit.
 
 """
 
