@@ -1,7 +1,7 @@
 """Planning byte budgets: exact plans of long chains that repeat a few kinds of layers.
 
 ``python -m benchmarks planning``.  ``Optimal``'s exact programme keeps one
-row per distinct segment (:mod:`remat.planning`): a chain that cycles
+row per distinct segment (:mod:`remat.schedules.planning`): a chain that cycles
 through ``p`` kinds of layers has about ``p n`` distinct segments instead of
 ``n^2 / 2``, and its split search is ``p n^2 / 2`` cells a level instead of
 ``n^3 / 6``.  This benchmark plans 1000-step chains of period 1, 2, 4, 8 and
@@ -34,7 +34,7 @@ import numpy as np
 import remat as rm
 from remat import memory as budget_memory
 from remat import schedules
-from remat.planning import table_rows
+from remat.schedules.planning import table_rows
 
 STEPS = 1000
 PERIODS = (1, 2, 4, 8, 16)

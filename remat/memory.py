@@ -92,7 +92,7 @@ times always differ a little, even from one layer to an identical one; but a
 chain that repeats a few layers (a transformer's blocks, a stack of one
 residual block with weights of its own at each step) has its times pooled by
 kind of layer, so its costs repeat exactly, its alike segments share rows
-(:mod:`remat.planning`), and it is planned exactly wherever that search is
+(:mod:`remat.schedules.planning`), and it is planned exactly wherever that search is
 no larger than that of :data:`EXACT_LIMIT` steps that all differ (a chain
 cycling through up to about 10 kinds of layer, at 1000 steps); one layer
 repeated is planned as a loop.  A budget too
@@ -113,9 +113,10 @@ from collections import OrderedDict
 from fractions import Fraction
 from numbers import Integral
 
-from . import alive, backend, planning, schedules
+from . import alive, backend, schedules
 from .alive import Holdings
 from .executor import HANDLERS, ChainRun, KeepingRun, Spec, leaves_of
+from .schedules import planning
 from .selective import Unobserved
 from .units import format_bytes
 
@@ -569,7 +570,7 @@ def pool_times(times, kinds):
     """Each time replaced by the median of the times of its kind's steps (the lower
     median, a time one of them took): the same layer, measured at several steps,
     costs the same at each, so the plan's programme sees equal steps, whose
-    segments share rows (:mod:`remat.planning`), and a chain of one layer repeated
+    segments share rows (:mod:`remat.schedules.planning`), and a chain of one layer repeated
     is a loop to it.
 
     >>> pool_times([1.0, 5.0, 2.0, 3.0, 9.0], ["a", "b", "a", "a", "c"])

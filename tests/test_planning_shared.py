@@ -1,4 +1,4 @@
-"""Optimal's table with rows shared by segments alike step for step (remat.planning).
+"""Optimal's table with rows shared by segments alike step for step (remat.schedules.planning).
 
 Sharing must change nothing: the shared table is compared bit for bit, row
 by row and choice by choice, with the table of a row a segment, and both
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat.planning import SegmentClasses, SplitTable, table_rows
-from remat.schedules import ChainCosts, Optimal, block_starts, minimum_bytes, optimal, simulate
+from remat.schedules import ChainCosts, Optimal, block_starts, levels, minimum_bytes, simulate
+from remat.schedules.planning import SegmentClasses, SplitTable, table_rows
 
 from .test_schedules_optimal import search
 
@@ -176,6 +176,6 @@ def test_a_shared_plan_equals_exhaustive_search(seed, n, kinds, extra):
             super().__init__(*args, share=True, **kwargs)
             assert self.shared
 
-    with mock.patch.object(optimal, "SplitTable", Shared):
+    with mock.patch.object(levels, "SplitTable", Shared):
         plan = Optimal(costs, memory)
     assert simulate(plan, costs).time == plan.predicted_time == search(costs, memory, True)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import remat as rm
-from remat import backend, memory, planning, schedules
+from remat import backend, memory, schedules
 from remat.executor import LoopError
+from remat.schedules import planning
 
 rng = np.random.default_rng(55)
 W = rng.standard_normal((6, 6)) * 0.3

@@ -368,13 +368,13 @@ def test_same_optima_as_checkpoint_schedules(n):
 def test_pruning_the_disk_splits_changes_no_cost_and_no_split(n, s, d, wc, rc):
     """The convex-minorant pruning of TwoLevel's tables (used when the kinks are many)
     gives the very tables that trying every kink gives, ties included."""
-    from remat.schedules import disk
+    from remat.schedules import disk_tables
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(disk, "PRUNE_FROM", 0)
-        pruned = disk._Tables(n, s, wc, rc).two_level(d)
-        patch.setattr(disk, "PRUNE_FROM", 10**9)
-        full = disk._Tables(n, s, wc, rc).two_level(d)
+        patch.setattr(disk_tables, "PRUNE_FROM", 0)
+        pruned = disk_tables.Tables(n, s, wc, rc).two_level(d)
+        patch.setattr(disk_tables, "PRUNE_FROM", 10**9)
+        full = disk_tables.Tables(n, s, wc, rc).two_level(d)
     assert pruned == full
 
 

@@ -520,18 +520,18 @@ def test_minimum_bytes_equals_a_plain_full_scan(n, uniform, data):
 def test_uniform_chains_take_the_length_only_programme_with_the_same_result(
     n, f, r, s, t, last, extra, levels
 ):
-    from remat.schedules.optimal import _Plan, _UniformPlan
+    from remat.schedules.levels import ExactPlan, UniformPlan
 
     # x_n is never stored, so its size may differ without breaking uniformity
     costs = ChainCosts([f] * n, [r] * n, [s] * n + [last], [t] * n)
     memory = minimum_bytes(costs) + extra
-    general, uniform = _Plan(costs, memory, levels), _UniformPlan(costs, memory, levels)
+    general, uniform = ExactPlan(costs, memory, levels), UniformPlan(costs, memory, levels)
     assert general.feasible == uniform.feasible
     if general.feasible:
         k = general.budget
         assert general.table.value(0, n, k) == uniform.table.value(n, k)
     plan = Optimal(costs, memory, levels)
-    assert isinstance(plan._plan, (_UniformPlan, type(None)))
+    assert isinstance(plan._plan, (UniformPlan, type(None)))
     result = check(plan, costs)
     assert result.peak_bytes <= memory and result.time == plan.predicted_time
 
@@ -626,7 +626,7 @@ def test_block_starts_move_to_the_smallest_state_within_half_a_block(seed, n, da
 
 @pytest.mark.parametrize("seed", range(5))
 def test_the_least_peak_of_a_chain_whose_tapes_hold_their_inputs(seed):
-    from remat.planning import least_peaks
+    from remat.schedules.planning import least_peaks
 
     rng = random.Random(seed)
     n = 40

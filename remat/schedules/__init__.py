@@ -4,8 +4,10 @@ A schedule reverses a loop ``x_0 -> x_1 -> ... -> x_n`` with a budget of slots
 for stored states, as a stream of actions (:mod:`.actions`) that the loop
 executor carries out.  Schedules are pure data: they hold no arrays and never
 touch the backend.  The one exception to "pure Python" is arithmetic:
-:class:`Optimal` builds its tables with NumPy on the CPU through
-:mod:`remat.planning`, which imports nothing of remat.
+:class:`Optimal` builds its tables with NumPy on the CPU (:mod:`.planning`).
+The folder stands alone: no module in it imports anything of remat outside
+it, so that it can be copied into another engine and imported there as a
+package of its own (with NumPy installed).
 
 * :class:`StoreAll` - tape everything: ``n`` evaluations, ``n`` tapes.
 * :class:`Periodic`, :class:`Sqrt` - store every ``k``-th state, re-tape one

@@ -29,7 +29,7 @@ Cost of planning: ``M`` is the programme of :class:`.Optimal` for a loop of
 identical steps with unit times and unit sizes at ``s + 1`` memory levels
 (``M(n, s) = D_n[s + 1]``; ``tests/test_schedules_optimal.py`` checks this
 against the recursion above), so its table is
-:class:`remat.planning.LengthTable`'s: NumPy, ``O(s n^2 / 2)`` additions, once
+:class:`remat.schedules.planning.LengthTable`'s: NumPy, ``O(s n^2 / 2)`` additions, once
 per ``(n, s)``; for ``s >= n - 1`` it is not needed.  Measured on this 2-core
 machine (shared): under 0.05 s for ``n = 1000, s = 10``, about 1 s for
 ``n = 10**4`` (21 s with the pure-Python table it replaces), 0.5 s for
@@ -42,9 +42,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 
-from ..planning import LengthTable
 from .actions import Action
 from .arguments import require_count
+from .planning import LengthTable
 from .splits import split_actions
 
 

@@ -56,7 +56,7 @@ within 2**25 floats).
 Long chains: alike segments share rows.  ``D(a, b, .)`` depends only on the
 segment's steps, so segments alike step for step (same times, same sizes
 in units, in the same order) have the same row, and the table keeps one per
-distinct segment (:mod:`remat.planning`; the values and the choices are the
+distinct segment (:mod:`remat.schedules.planning`; the values and the choices are the
 same, bit for bit, as with a row a segment).  A chain that cycles through
 ``p`` kinds of layers (a transformer's blocks, say) has about ``p n``
 distinct segments and a split search of ``p n^2 levels / 2``: 1000 steps
@@ -96,10 +96,11 @@ both.  Work: ``B^3 levels / 6`` plus ``n (n / B)^2 levels / 6``.
 Cost of planning.  ``O(n^3 levels / 6)`` additions and minima and
 ``2 (n+1)^2 (levels+1)`` floats of memory for a heterogeneous chain whose
 steps all differ (with shared rows, the distinct segments' splits and rows
-instead); the arithmetic is NumPy's (:mod:`remat.planning`: one expression
+instead); the arithmetic is NumPy's (:mod:`remat.schedules.planning`: one expression
 over every start, split and level of a segment length, so Python loops
-``n`` times), while this module keeps the recursion, the rounding and the
-actions.  On this 2-core machine, at 128 levels, one core's CPU time: about
+``n`` times; :mod:`.levels`: the rounding, and the three plans over the
+tables), while this module keeps the recursion and the actions.  On this
+2-core machine, at 128 levels, one core's CPU time: about
 0.06 s for ``n = 100``, 0.3-0.4 s for ``n = 200``, 0.6-0.9 s for ``n = 250``
 (about 40 ns times ``n^3``; ``n = 1000`` would need 2 GB of tables and, by
 the cube, about 40 s; beyond 2**27 floats, 1 GiB, the tables are refused
@@ -117,16 +118,15 @@ all).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from fractions import Fraction
-from math import ceil, gcd
+from math import ceil
 from numbers import Integral, Real
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from ..planning import LengthTable, SplitTable, least_peaks, table_rows
 from .actions import Action, Free, Snapshot
 from .costs import ChainCosts
+from .levels import BlockPlan, ExactPlan, UniformPlan, sums
+from .planning import least_peaks, table_rows
 from .simulate import simulate
 from .splits import split_actions
 
@@ -221,7 +221,7 @@ class Optimal:
         self.costs = costs
         self.memory: float = memory
         self.steps: int = costs.steps
-        self._plan: _Plan | _UniformPlan | _BlockPlan | None = None  # None: store all
+        self._plan: ExactPlan | UniformPlan | BlockPlan | None = None  # None: store all
         if sum(costs.tape_bytes) > memory:
             levels = int(levels)
             if starts is not None:
@@ -243,17 +243,17 @@ class Optimal:
             if starts is not None:
                 given = starts
 
-                def kind(costs: ChainCosts, memory: float, levels: int) -> _BlockPlan:
-                    return _BlockPlan(costs, memory, levels, given)
+                def kind(costs: ChainCosts, memory: float, levels: int) -> BlockPlan:
+                    return BlockPlan(costs, memory, levels, given)
 
                 limit = max(levels, _table_levels((blocks + 1) ** 2))
             elif _uniform(costs):
-                kind, limit = _UniformPlan, max(levels, _MAX_LEVELS)
+                kind, limit = UniformPlan, max(levels, _MAX_LEVELS)
             else:
                 rows = table_rows(
                     costs.state_bytes, costs.tape_bytes, costs.forward_time, costs.reverse_time
                 )
-                kind, limit = _Plan, max(levels, _table_levels(rows))
+                kind, limit = ExactPlan, max(levels, _table_levels(rows))
                 # the two tables, and the segments' row numbers if shared (int32s)
                 floats = 2 * rows * (levels + 1) + (costs.steps + 1) ** 2 // 2
                 if floats > _EXACT_FLOATS:
@@ -350,7 +350,7 @@ def minimum_bytes(costs: ChainCosts) -> float:
     more), so in ``max(s + P[L - i], P[i])`` the first term falls and the
     second grows with ``i`` and the best split is found by bisection:
     ``O(n log n)``.  Otherwise every split is tried (NumPy,
-    :func:`remat.planning.least_peaks`): ``O(n^3 / 6)``, 0.7 s for
+    :func:`remat.schedules.planning.least_peaks`): ``O(n^3 / 6)``, 0.7 s for
     ``n = 1000``.
 
     >>> from remat.schedules import ChainCosts, minimum_bytes
@@ -388,34 +388,6 @@ def _crossing(lo: int, hi: int, before: Callable[[int], bool]) -> int:
     return lo
 
 
-class _Plan:
-    """The dynamic programme's table over integer memory levels (built by
-    :class:`remat.planning.SplitTable`), and the choices it implies."""
-
-    def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
-        self.exact, budget, su, tu = _units(costs, memory, levels)
-        self.budget, self.su, self.tu = budget, su, tu
-        self.table: SplitTable | None = SplitTable(
-            su, tu, budget, costs.forward_time, costs.reverse_time
-        )
-        self.feasible = self.table.feasible
-
-    def release(self) -> None:
-        """Drop the table once the plan's choices are recorded."""
-        self.table = None
-
-    def after_tape(self, a: int, budget: int) -> int:
-        return budget - self.tu[a]
-
-    def after_store(self, a: int, budget: int) -> int:
-        return budget - self.su[a]
-
-    def choose(self, a: int, b: int, k: int) -> int:
-        """The first move the table says is best for ``[a, b)`` at level ``k``."""
-        assert self.table is not None, "choose() after release()"
-        return self.table.choose(a, b, k)
-
-
 def block_starts(steps: int, blocks: int, state_bytes: Sequence[float] | None = None) -> list[int]:
     """Where each of ``blocks`` blocks of ``steps`` steps starts, and ``steps`` at the end.
 
@@ -448,10 +420,6 @@ def block_starts(steps: int, blocks: int, state_bytes: Sequence[float] | None = 
     return starts + [steps]
 
 
-def _sums(values: Sequence[Any], starts: Sequence[int]) -> list[Any]:
-    return [sum(values[a:b]) for a, b in zip(starts, starts[1:])]
-
-
 def block_minimum_bytes(costs: ChainCosts, starts: Sequence[int]) -> float:
     """The least peak of any plan in the class of ``Optimal(..., blocks=)`` (blocks
     starting at ``starts``): the peak programme over blocks, each block's own least
@@ -467,105 +435,9 @@ def block_minimum_bytes(costs: ChainCosts, starts: Sequence[int]) -> float:
         minimum_bytes(ChainCosts((0,) * (b - a), (0,) * (b - a), s[a : b + 1], t[a:b]))
         for a, b in zip(starts, starts[1:])
     ]
-    peak = least_peaks([s[a] for a in starts], _sums(t, starts), leaves=inner)
+    peak = least_peaks([s[a] for a in starts], sums(t, starts), leaves=inner)
     exact = all(isinstance(x, Integral) for x in (*s, *t))
     return int(peak) if exact else peak
-
-
-class _BlockPlan:
-    """The programme over blocks of consecutive steps, each block reversed by its own
-    exact plan.
-
-    The outer table is the programme of a chain whose steps are the blocks (a
-    block's times and tape units are its steps' sums), except that a one-block
-    segment costs what the block's own table (every split inside it) says.  So
-    states are stored at block starts, or inside the block being reversed.  A
-    block "taped" by the outer plan is taped step by step, as the exact plan
-    does when it tapes consecutive steps.
-    """
-
-    def __init__(
-        self, costs: ChainCosts, memory: float, levels: int, starts: Sequence[int]
-    ) -> None:
-        self.exact, budget, su, tu = _units(costs, memory, levels)
-        self.budget, self.su, self.tu = budget, su, tu
-        self.starts = starts
-        self.index = {a: k for k, a in enumerate(starts)}
-        f, r = costs.forward_time, costs.reverse_time
-        pairs = list(zip(starts, starts[1:]))
-        made = {}  # blocks whose costs are the same share one table (a loop's blocks)
-        for a, b in pairs:
-            key = (tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b])
-            if key not in made:
-                made[key] = SplitTable(su[a : b + 1], tu[a:b], budget, f[a:b], r[a:b])
-        inner = [made[tuple(su[a : b + 1]), tuple(tu[a:b]), f[a:b], r[a:b]] for a, b in pairs]
-        self.inner: list[SplitTable] | None = inner
-        self.outer: SplitTable | None = SplitTable(
-            [su[a] for a in starts],
-            _sums(tu, starts),
-            budget,
-            _sums(f, starts),
-            _sums(r, starts),
-            leaves=[table.row(0, table.n) for table in inner],
-        )
-        self.feasible = self.outer.feasible
-
-    def release(self) -> None:
-        """Drop the tables once the plan's choices are recorded."""
-        self.inner = self.outer = None
-
-    def after_tape(self, a: int, budget: int) -> int:
-        return budget - self.tu[a]
-
-    def after_store(self, a: int, budget: int) -> int:
-        return budget - self.su[a]
-
-    def choose(self, a: int, b: int, k: int) -> int:
-        """The first move for ``[a, b)`` at level ``k``: from the block's own table inside
-        one block, else from the outer table (``a`` a block start), else (``a`` inside
-        a block the outer plan tapes) tape."""
-        assert self.inner is not None and self.outer is not None, "choose() after release()"
-        block = bisect_right(self.starts, a) - 1
-        first, last = self.starts[block], self.starts[block + 1]
-        if b <= last:
-            return first + self.inner[block].choose(a - first, b - first, k)
-        if a != first:
-            return a
-        return self.starts[self.outer.choose(block, self.index[b], k)]
-
-
-class _UniformPlan:
-    """The same programme for a chain of identical steps, where segments differ only by length.
-
-    ``D_L[k]`` stands for ``D(a, a + L, k)`` whatever ``a``, the splits are
-    ``D_L = min(r + D_{L-1}[k - t], min over i of (i f + D_i[k]) + D_{L-i}[k - s])``,
-    and the work is ``O(n^2 levels / 2)`` additions instead of ``O(n^3 levels / 6)``
-    (:class:`remat.planning.LengthTable`).
-    """
-
-    def __init__(self, costs: ChainCosts, memory: float, levels: int) -> None:
-        self.exact, budget, su, tu = _units(costs, memory, levels)
-        self.budget = budget
-        self.s, self.t = su[0], tu[0]
-        self.table: LengthTable | None = LengthTable(
-            costs.steps, su[0], tu[0], budget, costs.forward_time[0], costs.reverse_time[0]
-        )
-        self.feasible = self.table.feasible
-
-    def release(self) -> None:
-        """Drop the table once the plan's choices are recorded."""
-        self.table = None
-
-    def after_tape(self, a: int, budget: int) -> int:
-        return budget - self.t
-
-    def after_store(self, a: int, budget: int) -> int:
-        return budget - self.s
-
-    def choose(self, a: int, b: int, k: int) -> int:
-        """The first move the table says is best for ``b - a`` steps at level ``k``."""
-        assert self.table is not None, "choose() after release()"
-        return a + self.table.choose(b - a, k)
 
 
 def _uniform(costs: ChainCosts) -> bool:
@@ -580,25 +452,3 @@ def _uniform(costs: ChainCosts) -> bool:
             costs.tape_bytes,
         )
     )
-
-
-def _units(costs: ChainCosts, memory: float, levels: int) -> tuple[bool, int, list[int], list[int]]:
-    """``(exact, budget, state units, tape units)``: the sizes on the programme's levels.
-
-    Exact when every size is an integer and their gcd ``g`` gives at most
-    ``levels`` levels; otherwise the unit is ``memory / levels`` and sizes are
-    rounded up (exact rational arithmetic, so the rounding never goes down).
-    """
-    sizes = (*costs.state_bytes, *costs.tape_bytes)
-    unit = 0
-    if all(isinstance(x, Integral) for x in (*sizes, memory)):
-        for x in sizes:
-            unit = gcd(unit, int(x))
-        if unit and memory // unit <= levels:
-            su = [int(x) // unit for x in costs.state_bytes]
-            tu = [int(x) // unit for x in costs.tape_bytes]
-            return True, int(memory) // unit, su, tu
-    scale = Fraction(levels) / Fraction(memory) if memory else Fraction(0)
-    su = [ceil(Fraction(x) * scale) for x in costs.state_bytes]
-    tu = [ceil(Fraction(x) * scale) for x in costs.tape_bytes]
-    return not any(sizes), levels, su, tu  # all sizes zero: nothing was rounded

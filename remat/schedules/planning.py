@@ -7,8 +7,8 @@ hundred million additions and minima over small integers and floats, which
 plain Python does at tens of nanoseconds each and NumPy at about one.  So the
 arithmetic lives here: numbers in (Python lists of sizes and times), tables
 out (NumPy float64 arrays on the CPU, never the backend's device arrays), and
-nothing of remat imported.  ``schedules.optimal`` imports this module and
-nothing else outside ``schedules``; the plans it yields stay plain actions.
+nothing of remat imported (as everywhere in ``schedules``, which stands
+alone); the plans ``schedules.optimal`` yields from it stay plain actions.
 
 The programme (see :mod:`remat.schedules.optimal` for what it means): for a
 segment ``[a, b)`` of the chain, ``x_a`` current or in a slot, and ``k``
