@@ -35,12 +35,13 @@ def advance(run, action):
     run.replay.taped_end = None
     arrays, rng = run.current
     backend.set_random_state(rng)
-    call = run.steps.call
+    call, timeline = run.steps.call, run.stats.timeline
     spill = step_recorder(run.check_replay)  # what a step records under enable_grad
     with Recording(spill, UNTAPED):
         for i in range(action.start, action.stop):
             arrays = call(i, arrays, False)[0]
-            run.mark()
+            if timeline is not None:
+                run.mark()
     retag(spill.records)
     run.current = (arrays, backend.random_state())
     run.position = action.stop
@@ -81,7 +82,7 @@ def tape_steps(run, action):
             if at is not None:
                 at = replay.taped(i, at, arrays, recomputed)
             if timeline is not None:
-                timeline.append((run.stats.forward_steps, held.bytes))
+                run.mark()
             if run.online_forward and stop_online(run, i + 1, arrays):
                 break
     run.current = (arrays, backend.random_state())
@@ -122,7 +123,7 @@ def ask_until(run, n, arrays):
 def discard(run, action):
     for i in range(action.start, action.stop):
         run.held.release(run.tapes.pop(i).saved)
-        run.replay.junctions.drop(i)
+        run.replay.drop(i)
 
 
 def snapshot(run, action):

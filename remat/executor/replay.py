@@ -73,39 +73,6 @@ class FirstRun:
         self.ys = array("I")  # step i -> fingerprint of y_i (a scan's; CRC-32: 4 bytes)
 
 
-class Junctions:
-    """One run's checks where taped evaluations meet, in O(tapes held) memory."""
-
-    __slots__ = ("held", "expect")
-
-    def __init__(self):
-        # step i taped and not yet reversed -> (fingerprint of x_i it was taped at, of
-        # x_{i+1} it returned, whether that run of step i was a recomputation)
-        self.held = {}
-        self.expect = None  # while reversing: the fingerprint of x_{i+1} step i must return
-
-    def drop(self, i):
-        """Step i's tape is dropped unreversed (``Discard``)."""
-        self.held.pop(i, None)
-
-    def begin(self, final):
-        """The reverse sweep begins: the last step must return ``final``."""
-        self.expect = final
-
-    def meet(self, i):
-        """Step i is about to be reversed: None if its taped run returned the
-        state step i+1 was taped at (or the first run's x_n), else whether that
-        run was a recomputation (the error names the step that differs)."""
-        entry = self.held.pop(i, None)
-        if entry is None or self.expect is None:  # no check (a measuring run)
-            return None
-        at, returned, recomputed = entry
-        if returned != self.expect:
-            return recomputed
-        self.expect = at
-        return None
-
-
 def junction_error(owner, name, i, recomputed, last):
     """What a ReplayError says when step i's taped run does not return the state
     the next taped step was taped at (``last``: the first run's x_n).  The
@@ -213,7 +180,8 @@ def fingerprint_all(arrays: Iterable[Any], full: bool = False) -> int:
 
 
 class ReplayCheck:
-    """One run's replay check: what it compares recomputations with, and where.
+    """One run's replay check: what it compares recomputations with, and where taped
+    evaluations meet, in O(tapes held) memory.
 
     ``check_values``: whether values are compared (by fingerprints), not only
     structure, shapes and dtypes; ``full``: fingerprints of every element.  A
@@ -224,16 +192,19 @@ class ReplayCheck:
     Tape action, going on from there, takes no fingerprint of it again.
     """
 
-    __slots__ = ("check_values", "full", "first_run", "junctions", "taped_end", "forward")
+    __slots__ = ("check_values", "full", "first_run", "forward", "junctions", "expect", "taped_end")
 
     def __init__(self, check_values, full, first_run=None, forward=None):
         self.check_values = check_values
         self.full = full
         self.first_run = FirstRun() if first_run is None else first_run
-        self.junctions = Junctions()
-        self.taped_end = None
         # the forward sweep starts now (run_forward, or a measuring run)
         self.forward = Forward() if forward is None else forward
+        # step i taped and not yet reversed -> (fingerprint of x_i it was taped at, of
+        # x_{i+1} it returned, whether that run of step i was a recomputation)
+        self.junctions = {}
+        self.expect = None  # while reversing: the fingerprint of x_{i+1} step i must return
+        self.taped_end = None
 
     def again(self):
         """The check of a run again: fresh junctions, the first run's values."""
@@ -255,16 +226,29 @@ class ReplayCheck:
         (``recomputed``: not its first run): the fingerprint of what it returned,
         kept with ``at`` until step i is reversed or its tape dropped."""
         returned = fingerprint_all(arrays, self.full)
-        self.junctions.held[i] = (at, returned, recomputed)
+        self.junctions[i] = (at, returned, recomputed)
         return returned
+
+    def drop(self, i):
+        """Step i's tape is dropped unreversed (``Discard``)."""
+        self.junctions.pop(i, None)
+
+    def begin(self):
+        """The reverse sweep begins: the last step must return the first run's x_n."""
+        self.expect = self.first_run.final
 
     def meet(self, i, chain, steps):
         """Before step i of ``chain`` (of ``steps`` steps) is reversed: the state its
-        taped run returned must be the one step i+1 was taped at."""
-        recomputed = self.junctions.meet(i)
-        if recomputed is not None:
+        taped run returned must be the one step i+1 was taped at (or, for the last
+        step, the first run's x_n)."""
+        entry = self.junctions.pop(i, None)
+        if entry is None or self.expect is None:  # no check (a measuring run)
+            return
+        at, returned, recomputed = entry
+        if returned != self.expect:  # the error names the step that differs
             last = i == steps - 1
             raise self.error(junction_error(chain.owner, chain.name, i, recomputed, last))
+        self.expect = at
 
     def error(self, what):
         """A ReplayError saying ``what`` differs, and the likely cause."""
@@ -274,6 +258,6 @@ class ReplayCheck:
     def release(self, keep_first):
         """Drop the junctions (after backward, or on an error), and the first run's
         values unless ``keep_first`` (runs again are checked against them)."""
-        self.junctions, self.taped_end = Junctions(), None
+        self.junctions, self.expect, self.taped_end = {}, None, None
         if not keep_first:
             self.first_run = FirstRun()

@@ -195,10 +195,14 @@ class ChainRun:
         steps are checked against the values of the first run's forward sweep
         (its ``forward``, copied from the first run's)."""
         start = time.perf_counter()
+        handlers, end = self.HANDLERS, schedules.EndForward  # (carry_out, inlined)
         for action in self.actions:
-            if type(action) is schedules.EndForward:
+            kind = type(action)
+            if kind is end:
                 break
-            self.carry_out(action)
+            handlers[kind](self, action)
+            if self.stats.timeline is not None:
+                self.mark()
         else:
             raise LoopError(f"schedule {self.schedule!r} ended before EndForward")
         if not hasattr(self.actions, "finish"):  # online runs counted it at their end
@@ -224,15 +228,19 @@ class ChainRun:
         ]
         self.ys_cotangent = cotangent.parts[width:]
         self.xs_grads = [None] * len(self.chain.xs)  # made when a cotangent arrives
-        self.replay.junctions.begin(self.replay.first_run.final)
+        self.replay.begin()
         rng_after_forward = backend.random_state()
         start = time.perf_counter()
+        handlers, end = self.HANDLERS, schedules.End
         try:
             for action in self.actions:
-                if type(action) is schedules.End:
+                kind = type(action)
+                if kind is end:
                     break
                 try:
-                    self.carry_out(action)
+                    handlers[kind](self, action)  # (carry_out, inlined)
+                    if self.stats.timeline is not None:
+                        self.mark()
                 except NAMED_ERRORS:  # named already
                     raise
                 except Exception as error:

@@ -150,6 +150,7 @@ def saved_by(records, floor, inputs, also=(), outside=frozenset()):
     (Tests the cheap conditions first: 3.4 against 5.3 us for the four records of
     bench_overheads' tiny step, by timeit.)"""
     saved = []
+    append, is_array = saved.append, backend.is_array
     views = False
     for record in records:
         held = record.args
@@ -163,26 +164,29 @@ def saved_by(records, floor, inputs, also=(), outside=frozenset()):
             if a is None:
                 continue
             if node is None or (node.seq >= floor if isinstance(node, Record) else node in inputs):
-                if backend.is_array(a):
-                    saved.append(a)
-                    views = views or a.base is not None
+                if is_array(a):
+                    append(a)
+                    if a.base is not None:
+                        views = True
         ans = record.ans
         if ans is not None:
-            saved.append(ans)
-            views = views or ans.base is not None
+            append(ans)
+            if ans.base is not None:
+                views = True
         kw = record.kwargs
         if kw:  # arrays an op keeps besides its operands (an integer index table)
             for v in kw.values():
                 if type(v) is tuple:
-                    saved.extend(p for p in v if backend.is_array(p))
-                elif backend.is_array(v):
-                    saved.append(v)
+                    saved.extend(p for p in v if is_array(p))
+                elif is_array(v):
+                    append(v)
         kept = getattr(record.args[0], "kept", None) if held is not record.args else None
         if kept is not None:  # what a checkpoint's policy kept
             saved.extend(kept.arrays())
     for a in also:
-        saved.append(a)
-        views = views or a.base is not None
+        append(a)
+        if a.base is not None:
+            views = True
     if views:  # a view of a parameter (W.T) keeps only the parameter alive: the user's
         users = _leaf_buffers(records) | outside
         if users:
