@@ -63,11 +63,8 @@ class StepSweep(Sweep):
         self.input_ids = {id(node): k for k, node in enumerate(step_tape.inputs)}
         self.input_grads = [None] * len(step_tape.inputs)
 
-    def owns(self, node):
-        return isinstance(node, Record) and self.floor <= node.seq < self.stop
-
     def add(self, node, g):
-        if self.owns(node):
+        if isinstance(node, Record) and self.floor <= node.seq < self.stop:  # the step's own
             self.push(node, g)
             return
         k = self.input_ids.get(id(node))
