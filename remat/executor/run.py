@@ -196,12 +196,13 @@ class ChainRun:
         (its ``forward``, copied from the first run's)."""
         start = time.perf_counter()
         handlers, end = self.HANDLERS, schedules.EndForward  # (carry_out, inlined)
+        traced = self.stats.timeline is not None
         for action in self.actions:
             kind = type(action)
             if kind is end:
                 break
             handlers[kind](self, action)
-            if self.stats.timeline is not None:
+            if traced:
                 self.mark()
         else:
             raise LoopError(f"schedule {self.schedule!r} ended before EndForward")
@@ -232,6 +233,7 @@ class ChainRun:
         rng_after_forward = backend.random_state()
         start = time.perf_counter()
         handlers, end = self.HANDLERS, schedules.End
+        traced = self.stats.timeline is not None
         try:
             for action in self.actions:
                 kind = type(action)
@@ -239,7 +241,7 @@ class ChainRun:
                     break
                 try:
                     handlers[kind](self, action)  # (carry_out, inlined)
-                    if self.stats.timeline is not None:
+                    if traced:
                         self.mark()
                 except NAMED_ERRORS:  # named already
                     raise
