@@ -211,7 +211,7 @@ class Stepper:
 class KeepingStepper(Stepper):
     """A Stepper under ``rm.Tape(policy=)`` (:mod:`remat.selective`): the first run of
     each step keeps what the policy chooses, held (and counted) until the step is
-    reversed (:meth:`forget`), and every later run of the step reuses it."""
+    reversed (the Reverse handler releases it), and every later run of the step reuses it."""
 
     def __init__(self, chain, spec0, stats, replay, held, policy):
         super().__init__(chain, spec0, stats, replay, held)

@@ -225,7 +225,9 @@ class ReplayCheck:
         """Step i was taped at the state of fingerprint ``at`` and returned ``arrays``
         (``recomputed``: not its first run): the fingerprint of what it returned,
         kept with ``at`` until step i is reversed or its tape dropped."""
-        returned = fingerprint_all(arrays, self.full)
+        returned, fingerprint, full = 0, backend.replay_fingerprint, self.full
+        for a in arrays:  # (fingerprint_all, inlined: once a taped step)
+            returned = fingerprint(a, returned, full)
         self.junctions[i] = (at, returned, recomputed)
         return returned
 
