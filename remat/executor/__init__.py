@@ -6,7 +6,7 @@ output ``y_i`` (a scan).  ``tape.loop`` (one step function), ``tape.chain``
 (a function per step, shapes may change) and ``tape.scan`` (JAX's
 ``lax.scan``) are all chains (see :mod:`remat.budget`).  What the executor
 keeps is decided by a schedule from :mod:`remat.schedules`, an iterator of
-actions that this module carries out one by one and never second-guesses:
+actions that this package carries out one by one and never second-guesses:
 
 * ``Advance(a, b)``: run steps a..b-1 without recording (``no_grad``);
 * ``Tape(a, b)``: run steps a..b-1 recording each on a small tape of its own;
@@ -27,7 +27,7 @@ when it is recomputed.  The *replay check* verifies that recomputed steps
 reproduce their first run: the structure, shapes and dtypes of every
 recomputed step's outputs; their values (unless ``check_replay=False``) by
 fingerprints compared where taped runs meet, in memory that does not grow
-with n (:mod:`remat.replay` says what it guarantees).  Everything is counted
+with n (:mod:`remat.executor.replay` says what it guarantees).  Everything is counted
 as it happens: ``stats`` reports step evaluations, snapshots and bytes held.
 
 Second order (``rm.hvp``, ``rm.grad`` of ``rm.grad``): a backward that is

@@ -39,7 +39,15 @@ BACKWARD_DOING = {schedules.Reverse: "being reversed", schedules.Invert: "being 
 
 
 class ChainRun:
-    """One execution of a chain: the schedule's actions, carried out."""
+    """One execution of a chain: the schedule's actions, carried out.
+
+    What measures a chain (:mod:`remat.measure`, :mod:`remat.memory`,
+    :mod:`remat.disk`) drives a run of its own through :meth:`measuring`,
+    :attr:`state` and ``position`` (read only), :meth:`move_to`,
+    :meth:`carry_out`, :meth:`tape_of`, :meth:`seed`, :meth:`hold_with`,
+    :meth:`spec_at`, :attr:`devices` and :meth:`release`; the rest is the run's
+    own (``tests/test_executor_interface.py`` holds them to it).
+    """
 
     HANDLERS: ClassVar[dict[Any, Callable[..., Any]]] = HANDLERS  # action type -> handler
 
@@ -95,6 +103,7 @@ class ChainRun:
         self.outer_sweep = None
 
     def stepper(self, tape, chain, spec0):
+        """What evaluates this run's steps (a KeepingRun's also keeps a policy's values)."""
         return Stepper(chain, spec0, self.stats, self.replay, self.held)
 
     @property
@@ -325,4 +334,5 @@ class KeepingRun(ChainRun):
     (:class:`~remat.executor.evaluate.KeepingStepper`)."""
 
     def stepper(self, tape, chain, spec0):
+        """A KeepingStepper, with the tape's policy."""
         return KeepingStepper(chain, spec0, self.stats, self.replay, self.held, tape.recompute)
