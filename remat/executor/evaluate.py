@@ -54,7 +54,8 @@ class Stepper:
     def again(self, stats, replay, held):
         """The stepper of a run again: what was learned, shared; its own counts."""
         steps = copy.copy(self)
-        steps.__class__ = Stepper  # a policy's kept values went with the first backward
+        steps.__class__ = Stepper  # a policy's kept values went with the first backward:
+        steps.keeping = None  # its steps recompute them
         steps.stats, steps.replay, steps.held = stats, replay, held
         steps.ys = []
         return steps
