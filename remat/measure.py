@@ -215,7 +215,7 @@ def _time_slots(run, state_bytes, memory, repeats):
 def measure_costs(tape, chain, state, steps, memory, alike, holdings, repeats=5, kinds=None):
     """``(costs, peak, overhead)``: the :class:`ChainCosts` of ``chain`` from ``state``, the
     most bytes held measuring, and the seconds an action costs besides its steps
-    (a dict by kind of action, for :func:`predicted_time`).
+    (a dict by kind of action, for :func:`remat.memory.predicted_time`).
 
     Measured with the executor's own actions on a run of its own, whose
     gradients go nowhere.  ``alike`` (a loop, a scan): every step costs what the
