@@ -12,7 +12,7 @@ measured twice: what the executor says it held at its peak
 (``tape.stats.peak_bytes``, snapshots plus live step tapes) and
 tracemalloc's peak over the whole forward + backward, which also sees the
 cotangents, gradients and what the replay check keeps (fingerprints held with
-the step tapes, none per step: :mod:`remat.replay`), so it too stays flat.
+the step tapes, none per step: :mod:`remat.executor.replay`), so it too stays flat.
 ``forward_steps`` comes from ``tape.stats`` and is set beside the
 Griewank-Walther optimum ``T(n, s)``.  The full run draws
 benchmarks/logn.png (matplotlib, if installed).

@@ -109,15 +109,18 @@ class Holdings:
 
     def hold(self, arrays):
         count = self.count
+        added = 0
         for a in arrays:
             if a.base is not None:
                 a = memory_owner(a)
-            entry = count.get(id(a))
+            key = id(a)
+            entry = count.get(key)
             if entry is None:
-                count[id(a)] = [a, 1]
-                self.bytes += a.nbytes
+                count[key] = [a, 1]
+                added += a.nbytes
             else:
                 entry[1] += 1
+        self.bytes += added
         if self.bytes > self.peak:
             self.peak = self.bytes
             if self.limit is not None and self.peak > self.limit:
@@ -133,14 +136,18 @@ class Holdings:
 
     def release(self, arrays):
         count = self.count
+        freed = 0
         for a in arrays:
             if a.base is not None:
                 a = memory_owner(a)
-            entry = count[id(a)]
-            entry[1] -= 1
-            if entry[1] == 0:
-                del count[id(a)]
-                self.bytes -= a.nbytes
+            key = id(a)
+            entry = count[key]
+            if entry[1] == 1:
+                del count[key]
+                freed += a.nbytes
+            else:
+                entry[1] -= 1
+        self.bytes -= freed
 
     def adding(self, arrays: Iterable[Any]) -> int:
         """The bytes holding ``arrays`` would add (buffers not held yet)."""

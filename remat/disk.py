@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from . import backend, schedules
 from . import memory as _memory
 from .alive import Holdings
-from .executor import ChainRun, Spec, leaves_of
+from .executor import ChainRun, leaves_of
 from .selective import Unobserved
 from .storage import DiskStore
 
@@ -60,21 +60,18 @@ class DiskCosts:
 def measure_disk_costs(tape, chain, state, steps):
     """The :class:`DiskCosts` of ``chain`` from ``state``, measured with the executor's
     own Advance and the disk store a run uses (in ``tape.disk_dir``)."""
-    x0, x0_nodes, tree = leaves_of(state, "the initial state")
     rng = backend.random_state()
-    run = ChainRun(
-        tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
-    )
-    run.held = Holdings()
+    run = ChainRun.measuring(tape, chain, state, steps, Holdings())
     store = DiskStore(tape.disk_dir)
-    start = run.current
+    start = run.state
+    x0 = start[0]
     span = min(steps, SPAN)
     step_times, write_times, read_times = [], [], []
     try:
         for _ in range(REPEATS):
-            run.current, run.position = start, 0
+            run.move_to(0, start)
             begin = time.perf_counter()
-            run.advance(schedules.Advance(0, span))
+            run.carry_out(schedules.Advance(0, span))
             step_times.append((time.perf_counter() - begin) / span)
         for _ in range(REPEATS):
             begin = time.perf_counter()

@@ -16,23 +16,12 @@ not counted: :mod:`remat.alive` bounds them (``tracemalloc peak <= budget + X``)
 
 Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
 
-1. **measures** the costs (:func:`measure_costs`) with the executor itself,
-   one step at a time: step ``i`` is evaluated untaped (``forward_time[i]``,
-   and ``x_{i+1}``'s bytes), then taped from ``x_i`` and reversed with a
-   cotangent of ones, the gradients thrown away (``reverse_time[i]``, and
-   the bytes its tape holds).  A loop's steps are all alike: the first steps
-   are measured (step 0 taped once to learn its tape's bytes, then runs of up
-   to :data:`SPAN` steps, as many tapes as fit in the budget, timed five
-   times: the least per step; a run as long as the plan's runs of tapes
-   prices the caches as the plan will meet them) and taken for every step; so are a scan's
-   (its inputs ``xs[i]`` all have one shape).  A chain is measured step by
-   step, once, one tape at a time; steps that are one layer repeated (the same
-   code on captured values of the same shapes, :func:`step_kind`, between
-   states of the same shapes, with tapes of the same bytes) then each take the
-   median of their times (:func:`pool_times`).  Measuring holds no snapshot and never
-   more tapes than fit in the budget; if step 0's tape (a chain's step i)
-   alone is over it, measuring stops there with the ValueError of a budget
-   too small.  The random-number stream is put back as it was.
+1. **measures** the costs with the executor itself (:mod:`remat.measure`):
+   each step's time untaped and taped and reversed, and the bytes of its state
+   and tape (a loop's and a scan's steps taken alike from their first steps,
+   a chain's one layer repeated pooled by kind), holding no more than the
+   budget; if one step's tape alone is over it, measuring stops there with the
+   ValueError of a budget too small, which gives the least budget that works.
 2. **plans** with :class:`~remat.schedules.Optimal` (or, asked for, revolve or
    mixed with the most slots that fit).
 3. **runs** the plan with the executor, which refuses to hold more than the
@@ -40,10 +29,7 @@ Under a budget each ``tape.loop`` / ``tape.chain`` / ``tape.scan``:
    ``tape.stats.predicted_seconds`` is the plan's time under the costs, plus
    the measured overhead of each Advance, Tape and Reverse action (a one-step
    action's time beyond a step's share of a long run) and of each Snapshot,
-   Restore and Free (timed on ``x_0``).  Measuring sums the parameters'
-   gradients as backward does (and throws them away), so that those additions
-   are in ``reverse_time`` (2-3% of it on remat's residual MLP at widths 16
-   and 256, measured in CPU time).
+   Restore and Free (timed on ``x_0``).
 
 Second order (``rm.hvp``, ``rm.grad`` of ``rm.grad``) runs each chain again
 with tangents: every state with its tangent, every taped step with the
@@ -63,7 +49,7 @@ states it keeps is chosen for the budget (:func:`plan_reversible`).
 Under ``rm.Tape(memory=..., policy=...)`` the chain's steps keep what the
 policy chooses (:mod:`remat.selective`), each from its first run until it is
 reversed: all of it is held at the end of the forward sweep.  Those bytes
-are measured (:func:`measure_kept`) and the plan made in what is left of the
+are measured (:func:`remat.measure.measure_kept`) and the plan made in what is left of the
 budget, so the peak stays within it.  The measured times are those of steps
 without reuse, so the prediction overestimates what recomputations cost.
 
@@ -108,14 +94,15 @@ times the least memory).
 from __future__ import annotations
 
 import re
-import time
 from collections import OrderedDict
 from fractions import Fraction
 from numbers import Integral
 
-from . import alive, backend, schedules
-from .alive import Holdings
-from .executor import HANDLERS, ChainRun, KeepingRun, Spec, leaves_of
+from . import backend, schedules
+from .alive import Holdings, nbytes
+from .executor import ChainRun, leaves_of
+from .measure import Refused, Sizing, measure_costs, measure_kept, step_kind
+from .measure import pool_times as pool_times  # (read here by tests and benchmarks)
 from .schedules import planning
 from .selective import Unobserved
 from .units import format_bytes
@@ -209,400 +196,6 @@ def check_schedule(memory, snapshots, schedule):
             "(which then check that the slots fit in the budget)"
         )
     return schedule
-
-
-# --- measuring ------------------------------------------------------------------
-
-
-class _DropSweep:
-    """An outer sweep that sums what reaches it as backward sums a parameter's
-    gradient (the first kept, the second added into a new array, the rest added in
-    place), so that measuring times those additions too, and throws the sums away
-    with the run: measuring must not add to ``.grad``."""
-
-    def __init__(self):
-        self.ns = backend.ARRAY_NAMESPACE
-        self.create_graph = self.retain_graph = False
-        self.sums = {}  # id(node) -> [node, sum, made here]
-
-    def add(self, node, g):
-        entry = self.sums.get(id(node))
-        if entry is None:
-            self.sums[id(node)] = [node, g, False]
-        elif entry[2]:
-            entry[1] += g
-        else:
-            entry[1] = entry[1] + g
-            entry[2] = True
-
-
-class _Rows:
-    """Stands for a (steps, ...) array whose every row is ``row``: a scan's cotangents of
-    ys, or the buffer gathering those of xs, without n rows held."""
-
-    def __init__(self, row, steps):
-        self.row = row
-        self.shape = (steps, *row.shape)
-
-    def __getitem__(self, i):
-        return self.row
-
-    def __setitem__(self, i, value):
-        pass
-
-
-def _ones_for(arrays):
-    return [backend.ones_like(a) if backend.is_floating(a.dtype) else None for a in arrays]
-
-
-def _nbytes(arrays):
-    return alive.nbytes(arrays)  # each buffer once, a view as its whole base
-
-
-SPAN = 64  # a loop's (or scan's) step is timed over runs of up to this many steps
-
-
-class _OverBudget(Exception):
-    """A tape that would take the measuring run over its budget (refused, not held)."""
-
-    def __init__(self, held):
-        super().__init__(held)
-        self.held = held
-
-
-class _Refusing:
-    """The measuring run's holdings: a tape that would take them over ``budget`` is
-    refused before it is held, so that measuring never holds more than the budget."""
-
-    def __init__(self, budget):
-        self.inner = Holdings()
-        self.budget = budget
-
-    @property
-    def bytes(self):
-        return self.inner.bytes
-
-    @property
-    def peak(self):
-        return self.inner.peak
-
-    def hold(self, arrays):
-        held = self.inner.bytes + self.inner.adding(arrays)
-        if held > self.budget:
-            raise _OverBudget(held)
-        self.inner.hold(arrays)
-
-    def release(self, arrays):
-        self.inner.release(arrays)
-
-
-class _Sizing:
-    """Holdings that hold nothing and note the bytes of the last tape offered."""
-
-    bytes = peak = last = 0
-
-    def hold(self, arrays):
-        self.last = _nbytes(arrays)
-
-    def release(self, arrays):
-        pass
-
-
-def _size_the_rest(run, start, steps, state_bytes, tape_bytes):
-    """From x_start (current), tape each remaining step only to learn its tape's bytes
-    and drop it at once (nothing held), appending to the two lists."""
-    run.held = _Sizing()
-    run.tapes.clear()
-    for i in range(start, steps):
-        run.position = i
-        run.tape_steps(schedules.Tape(i, i + 1))
-        run.tapes.pop(i)
-        tape_bytes.append(run.held.last)
-        state_bytes.append(_nbytes(run.current[0]))
-
-
-def _refused(tape, chain, memory, step, held, state_bytes, tape_bytes, alike=False):
-    n = len(tape_bytes)
-    costs = schedules.ChainCosts([0] * n, [0] * n, state_bytes, tape_bytes)
-    name, snapshots = getattr(tape, "memory_schedule", None), tape.policy.snapshots
-    if name in (None, "optimal"):
-        name, plan = "optimal", "a valid schedule"
-    else:
-        plan = f"{name} with {snapshots or 1} slot{'s' if (snapshots or 1) > 1 else ''}"
-    need = least_plan_bytes(name, costs, snapshots)
-    how = (
-        "every step is taken to be alike"
-        if alike
-        else "the other steps' tapes were sized without being held"
-    )
-    return _TooSmall(
-        need,
-        f"{chain.owner}: memory={memory} bytes is too small: step {step}'s tape alone would "
-        f"hold {held} bytes, and {plan} needs at least {need} bytes "
-        f"({format_bytes(need)}) under the measured sizes (measuring refused that tape "
-        f"before holding it; {how})",
-    )
-
-
-def _time_steps(run, chain, start, advance_stop, tape_stop, steps, memory):
-    """From x_start (current): advance untaped to ``advance_stop``, then from x_start
-    again tape to ``tape_stop`` and reverse with cotangents of ones.  Returns
-    (seconds advancing, seconds taping and reversing, bytes the tapes held, the
-    state at ``advance_stop``)."""
-    here = run.current
-    run.position = start
-    begin = time.perf_counter()
-    run.advance(schedules.Advance(start, advance_stop))
-    advanced = time.perf_counter() - begin
-    after = run.current
-    run.current, run.position = here, start
-    begin = time.perf_counter()
-    run.tape_steps(schedules.Tape(start, tape_stop))
-    taped = time.perf_counter() - begin
-    held = run.held.bytes
-    last = run.tapes[tape_stop - 1]
-    width = len(run.spec_at(tape_stop).shapes)
-    run.cotangent = _ones_for(t._data for t in last.outputs[:width])
-    if chain.has_ys:
-        run.ys_cotangent = [
-            None if g is None else _Rows(g, steps)
-            for g in _ones_for(y._data for y in last.outputs[width:])
-        ]
-    begin = time.perf_counter()
-    run.reverse(schedules.Reverse(start, tape_stop))
-    reversed_ = taped + time.perf_counter() - begin
-    run.current = after
-    return advanced, reversed_, held, after
-
-
-def _time_slots(run, state_bytes, memory, repeats):
-    """The least seconds of a Snapshot, a Restore and a Free of the current state, by
-    kind (none if the state alone is over the budget: no plan stores it)."""
-    kinds = (schedules.Snapshot, schedules.Restore, schedules.Free)
-    if state_bytes > memory:
-        return {}
-    here, position = run.current, run.position
-    best = dict.fromkeys(kinds, float("inf"))
-    for _ in range(repeats):
-        for action in (schedules.Snapshot(position, 0), schedules.Restore(position, 0)):
-            begin = time.perf_counter()
-            HANDLERS[type(action)](run, action)
-            best[type(action)] = min(best[type(action)], time.perf_counter() - begin)
-        begin = time.perf_counter()
-        run.free(schedules.Free(0))
-        best[schedules.Free] = min(best[schedules.Free], time.perf_counter() - begin)
-    run.current, run.position = here, position
-    return best
-
-
-def measure_costs(tape, chain, state, steps, memory, alike, repeats=5, kinds=None):
-    """``(costs, peak, overhead)``: the :class:`ChainCosts` of ``chain`` from ``state``, the
-    most bytes held measuring, and the seconds an action costs besides its steps
-    (a dict by kind of action, for :func:`predicted_time`).
-
-    Measured with the executor's own actions on a run of its own, whose
-    gradients go nowhere.  ``alike`` (a loop, a scan): every step costs what the
-    first do; step 0 is taped once (a warm-up, and its tape's bytes), then
-    ``repeats`` times the first ``min(steps, SPAN)`` steps are advanced over
-    and the first ``k`` taped and reversed, ``k`` as many tapes as fit in the
-    budget (at most ``SPAN``), and each time divided by its steps (the
-    least of the repeats: what another process running on the machine adds
-    is noise that only ever lengthens a run).  Otherwise each step is measured once, one tape
-    at a time, and the whole chain advanced over once more: what n one-step
-    Advances cost beyond it is the overhead of n - 1 actions, taken out of the
-    steps' times and charged per action.
-
-    Measuring holds no more than ``memory``: a tape that would take what it
-    holds over the budget is refused before it is held, and a ValueError
-    says the least any plan needs (for a chain, the remaining steps are then
-    taped one by one only to learn their tapes' bytes, each dropped at once).
-    A step's tape counts what a chain run inside the step holds for its
-    backward (its snapshots, tapes and kept x_0: ``executor.saved_by``).
-
-    ``kinds`` (a chain's: one hashable key a step, :func:`step_kind`): steps
-    of one kind whose states and tapes have the same shapes and bytes are the
-    same layer measured again, and each takes the median of their times
-    (:func:`pool_times`).
-    """
-    x0, x0_nodes, tree = leaves_of(state, "the initial state")
-    rng = backend.random_state()
-    run = ChainRun(
-        tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
-    )
-    run.held = _Refusing(memory)
-    run.check_values = tape.check_replay  # the plan's re-taped steps will be checked: time it
-    run.outer_sweep = _DropSweep()
-    if chain.xs:
-        run.xs_grads = [_Rows(backend.zeros(a.shape[1:], a.dtype, like=a), steps) for a in chain.xs]
-    peak = 0
-    start = run.current
-    try:
-        if alike:
-            try:
-                _, _, tape_bytes, after = _time_steps(run, chain, 0, 1, 1, steps, memory)
-                if steps > 1:  # x_1 may keep a larger buffer than x_0 (a view of its base),
-                    # and so may every later step's tape: the loop's tape is the larger
-                    tape_bytes = max(tape_bytes, _time_steps(run, chain, 1, 2, 2, steps, memory)[2])
-            except _OverBudget as refused:
-                sizes = [_nbytes(x0)] * (steps + 1), [refused.held] * steps
-                raise _refused(tape, chain, memory, 0, refused.held, *sizes, alike=True) from None
-            peak = tape_bytes
-            fit = memory // tape_bytes if tape_bytes else SPAN  # a step may save nothing
-            span, taped_span = min(steps, SPAN), max(1, min(steps, SPAN, fit))
-            f_times, r_times, f_one, r_one = [], [], [], []
-            for _ in range(repeats):
-                run.current = start
-                f, r, held, _ = _time_steps(run, chain, 0, span, taped_span, steps, memory)
-                peak = max(peak, held)
-                f_times.append(f / span)
-                r_times.append(r / taped_span)
-                run.current = start
-                f, r, _, _ = _time_steps(run, chain, 0, 1, 1, steps, memory)
-                f_one.append(f)
-                r_one.append(r)
-            f, r = min(f_times), min(r_times)
-            # x_0 may be smaller than the states the step makes (a view of a larger
-            # buffer: tanh(h * s)[-1]): every state is taken at the larger
-            state_bytes = max(_nbytes(x0), _nbytes(after[0]))
-            costs = schedules.ChainCosts.uniform(steps, f, r, state_bytes, tape_bytes)
-            # what an action that runs steps costs besides them: a one-step Advance, and a
-            # one-step Tape and its Reverse (two actions), less their steps' share of the runs
-            each = (max(0.0, min(f_one) - f) + max(0.0, min(r_one) - r) / 2) / 2
-            overhead = dict.fromkeys((schedules.Advance, schedules.Tape, schedules.Reverse), each)
-            run.current, run.position = start, 0
-            overhead.update(_time_slots(run, state_bytes, memory, repeats))
-            return costs, peak, overhead
-        forward, reverse, state_bytes, tape_bytes = [], [], [_nbytes(x0)], []
-        for i in range(steps):
-            try:
-                f, r, held, after = _time_steps(run, chain, i, i + 1, i + 1, steps, memory)
-            except _OverBudget as refused:
-                _size_the_rest(run, i, steps, state_bytes, tape_bytes)
-                raise _refused(
-                    tape, chain, memory, i, refused.held, state_bytes, tape_bytes
-                ) from None
-            peak = max(peak, held)
-            forward.append(f)
-            reverse.append(r)
-            state_bytes.append(_nbytes(after[0]))
-            tape_bytes.append(held)
-        overhead = {}
-        if steps > 1:  # each step was timed in actions of its own: their overhead is in its
-            # times; one untaped run of the whole chain tells it (what n one-step Advances
-            # cost beyond one Advance of n steps), and it is charged per action instead
-            run.current, run.position = start, 0
-            begin = time.perf_counter()
-            run.advance(schedules.Advance(0, steps))
-            whole = time.perf_counter() - begin
-            each = min(max(0.0, (sum(forward) - whole) / (steps - 1)), min(forward))
-            forward = [f - each for f in forward]
-            overhead = {schedules.Advance: each}  # a step's records are made one by one
-            # whether taped in one action or many: its Tape/Reverse times keep their share
-        if kinds is not None:
-            specs = [run.spec_at(i) for i in range(steps + 1)]
-            specs = [(s.tree, s.shapes, tuple(map(str, s.dtypes))) for s in specs]
-            layers = [
-                (kinds[i], specs[i], specs[i + 1], state_bytes[i + 1], tape_bytes[i])
-                for i in range(steps)
-            ]
-            forward, reverse = pool_times(forward, layers), pool_times(reverse, layers)
-        run.current, run.position = start, 0
-        overhead.update(_time_slots(run, state_bytes[0], memory, repeats))
-        return schedules.ChainCosts(forward, reverse, state_bytes, tape_bytes), peak, overhead
-    finally:
-        run.release()
-        backend.set_random_state(rng)
-
-
-def step_kind(function):
-    """A key that two steps share when they run the same code on the same captured
-    values: the function's code object and what it captures (defaults, closure
-    cells, a bound method's instance attributes), arrays and Tensors by shape,
-    dtype and device (and whether a Tensor requires grad: a step reverses into a
-    parameter, not into a constant), numbers and strings by value, anything else
-    by identity.  A callable
-    object is its class's ``__call__`` on its attributes.  Steps of one kind, on
-    states of one shape, are one layer measured again (:func:`pool_times`):
-    ``[lambda h, w=w: rm.tanh(h @ w) for w in weights]`` with weights of one shape
-    are all one kind.  Any other callable (a builtin, a ``functools.partial``) is
-    a kind of its own."""
-    code = getattr(getattr(function, "__func__", function), "__code__", None)
-    if code is None:  # a callable object: its class's __call__, on its attributes
-        call = getattr(type(function), "__call__", None)
-        if getattr(call, "__code__", None) is None or not hasattr(function, "__dict__"):
-            return ("object", id(function))
-        return (call.__code__, _attributes_kind(function))
-    cells = []
-    for cell in getattr(function, "__closure__", None) or ():
-        try:
-            cells.append(cell.cell_contents)
-        except ValueError:  # a cell not yet filled
-            cells.append(None)
-    defaults = getattr(function, "__defaults__", None) or ()
-    keywords = getattr(function, "__kwdefaults__", None) or {}
-    instance = getattr(function, "__self__", None)  # a bound method's
-    return (
-        code,
-        tuple(_captured_kind(v) for v in (*defaults, *cells)),
-        tuple((k, _captured_kind(v)) for k, v in keywords.items()),
-        None if instance is None else _attributes_kind(instance),
-    )
-
-
-def _attributes_kind(instance):
-    attributes = getattr(instance, "__dict__", None)
-    if not isinstance(attributes, dict):
-        return ("object", id(instance))
-    return (type(instance), tuple((k, _captured_kind(v)) for k, v in attributes.items()))
-
-
-def _captured_kind(value):
-    data = getattr(value, "_data", value)  # a Tensor's array
-    if backend.is_array(data):  # a parameter's step also reverses into it: not a constant's kind
-        grads = bool(getattr(value, "requires_grad", False))
-        return ("array", tuple(data.shape), str(data.dtype), backend.device_of(data), grads)
-    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
-        return ("value", type(value), value)
-    return ("object", id(value))
-
-
-def pool_times(times, kinds):
-    """Each time replaced by the median of the times of its kind's steps (the lower
-    median, a time one of them took): the same layer, measured at several steps,
-    costs the same at each, so the plan's programme sees equal steps, whose
-    segments share rows (:mod:`remat.schedules.planning`), and a chain of one layer repeated
-    is a loop to it.
-
-    >>> pool_times([1.0, 5.0, 2.0, 3.0, 9.0], ["a", "b", "a", "a", "c"])
-    [2.0, 5.0, 2.0, 2.0, 9.0]
-    """
-    members = {}
-    for i, kind in enumerate(kinds):
-        members.setdefault(kind, []).append(times[i])
-    median = {kind: sorted(ts)[(len(ts) - 1) // 2] for kind, ts in members.items()}
-    return [median[kind] for kind in kinds]
-
-
-def measure_kept(tape, chain, state, steps, alike):
-    """The bytes ``tape``'s policy (``rm.Tape(policy=)``) keeps over the whole chain.
-
-    Each step's first run keeps its values until the step is reversed, and every
-    step runs once in the forward sweep before the first is reversed: at that
-    moment all are held, beside the plan's slots and tapes.  Measured by running
-    the steps untaped once under the policy (``alike``: step 0, taken for all).
-    """
-    x0, x0_nodes, tree = leaves_of(state, "the initial state")
-    rng = backend.random_state()
-    run = KeepingRun(  # keeping as under a schedule that recomputes
-        tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
-    )
-    run.held = Holdings()
-    try:
-        run.advance(schedules.Advance(0, 1 if alike else steps))
-        return run.held.bytes * (steps if alike else 1)
-    finally:
-        run.release()
-        backend.set_random_state(rng)
 
 
 # --- planning -------------------------------------------------------------------
@@ -769,13 +362,14 @@ def plan_chain(tape, chain, state, steps, functions, alike):
         kinds = None if alike else [step_kind(f) for f in functions]
         try:
             costs, _, overhead = measure_costs(
-                tape, chain, state, steps, memory, alike, kinds=kinds
+                tape, chain, state, steps, memory, alike, Holdings(), kinds=kinds
             )
-        except _TooSmall as error:  # (step 0's tape alone is over the budget)
+        except Refused as refused:  # (a step's tape alone is over the budget)
             if tape.recompute is None:
-                raise
+                raise _refused(tape, chain, memory, refused) from None
             kept = measure_kept(tape, chain, state, steps, alike)
-            raise _kept_too_much(chain.owner, memory, tape.recompute, kept, error.least) from None
+            least = _refused(tape, chain, memory, refused).least
+            raise _kept_too_much(chain.owner, memory, tape.recompute, kept, least) from None
         kept = 0 if tape.recompute is None else measure_kept(tape, chain, state, steps, alike)
     room = memory - kept  # what the slots and tapes may hold beside the policy's values
     try:
@@ -811,6 +405,37 @@ def _kept_too_much(form, memory, policy, kept, need):
     )
 
 
+def _refused(tape, chain, memory, refused):
+    """The _TooSmall of a budget under which measuring refused a step's tape (the
+    least bytes a plan needs, under the sizes measuring knew)."""
+    step, held, state_bytes, tape_bytes = (
+        refused.step,
+        refused.held,
+        refused.state_bytes,
+        refused.tape_bytes,
+    )
+    n = len(tape_bytes)
+    costs = schedules.ChainCosts([0] * n, [0] * n, state_bytes, tape_bytes)
+    name, snapshots = getattr(tape, "memory_schedule", None), tape.policy.snapshots
+    if name in (None, "optimal"):
+        name, plan = "optimal", "a valid schedule"
+    else:
+        plan = f"{name} with {snapshots or 1} slot{'s' if (snapshots or 1) > 1 else ''}"
+    need = least_plan_bytes(name, costs, snapshots)
+    how = (
+        "every step is taken to be alike"
+        if refused.alike
+        else "the other steps' tapes were sized without being held"
+    )
+    return _TooSmall(
+        need,
+        f"{chain.owner}: memory={memory} bytes is too small: step {step}'s tape alone would "
+        f"hold {held} bytes, and {plan} needs at least {need} bytes "
+        f"({format_bytes(need)}) under the measured sizes (measuring refused that tape "
+        f"before holding it; {how})",
+    )
+
+
 def least_plan_bytes(name, costs, snapshots=None):
     """The fewest bytes a plan named ``name`` (``"optimal"``, or revolve or mixed with
     ``snapshots`` slots, or one) holds for ``costs``: the least budget it fits in."""
@@ -829,19 +454,17 @@ def plan_reversible(tape, chain, state, steps):
     2 (``x_0`` kept, so that the drift is checked) where that fits, else 1.  A
     budget below one slot's peak raises a ValueError giving that least budget.
     """
-    x0, x0_nodes, tree = leaves_of(state, "the initial state")
     rng = backend.random_state()
-    run = ChainRun(
-        tape, chain, schedules.StoreAll(steps), x0, x0_nodes, Spec.of(tree, x0), None, None
-    )
-    run.held = sizing = _Sizing()
+    sizing = Sizing()
+    run = ChainRun.measuring(tape, chain, state, steps, sizing)
+    x0 = run.state[0]
     try:
         with Unobserved():
-            run.tape_steps(schedules.Tape(0, 1))
+            run.carry_out(schedules.Tape(0, 1))
     finally:
         run.release()
         backend.set_random_state(rng)
-    costs = schedules.ChainCosts.uniform(steps, 0.0, 0.0, _nbytes(x0), sizing.last)
+    costs = schedules.ChainCosts.uniform(steps, 0.0, 0.0, nbytes(x0), sizing.last)
 
     def peak(s):
         return schedules.simulate(schedules.Reversible(steps, s), costs).peak_bytes

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import remat as rm
-from remat import memory, schedules
+from remat import measure, memory, schedules
 from remat.budget import Tape
 from remat.executor import LoopError
 from remat.units import format_bytes
@@ -479,7 +479,7 @@ def test_gradients_do_not_depend_on_the_measured_times(form, monkeypatch):
     # rows of xs, the caller's: at a third of the way its plan is the same for all)
     budget = (low + high) // (4 if form == "scan" else 3)
     for seed in range(6):
-        monkeypatch.setattr(memory.time, "perf_counter", fake_clock(seed))
+        monkeypatch.setattr(measure.time, "perf_counter", fake_clock(seed))
         memory.clear_plans()
         clear_grads()
         tape = Tape(memory=budget)
