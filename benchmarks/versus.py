@@ -5,11 +5,12 @@ measured here: the workloads of ``benchmarks/versus_cases.py`` (the per-op,
 per-step and per-action rows of ``core``, ``overheads`` and ``loop``) run in
 fresh processes, one per checkout and round, with the order alternating
 (old, new, new, old, ...) so that the machine's drift falls on both alike.
-Each process times every case ``--repeats`` times in CPU seconds; the table
-gives, per case, the median over rounds of each process's median, the ratio
-new / old of those, and the ratio of the fastest repeats (the least disturbed
-figure on a shared machine).  It also says whether both checkouts computed the
-same gradient, bit for bit.
+Each process times every case ``--repeats`` times in CPU seconds.  The table
+gives, per case, the median over rounds of each process's median; the median
+over rounds of the ratio new / old (a round's two processes run moments apart,
+so a change in the machine's load cancels); the ratio of the fastest repeats
+(the least disturbed figure on a shared machine); and whether both checkouts
+computed the same gradient, bit for bit.
 
     python -m benchmarks.versus ../old . --rounds 10 --repeats 5 [--cases chain "loop revolve"]
 """
@@ -59,23 +60,25 @@ def compare(old, new, cases, rounds, repeats):
         print(f"  round {r + 1}/{rounds} done", file=sys.stderr)
     rows = []
     for case in cases:
-        med = {
-            side: statistics.median(statistics.median(m[case]["times"]) for m in runs)
+        medians = {
+            side: [statistics.median(m[case]["times"]) for m in runs]
             for side, runs in measured.items()
         }
+        # a round's old and new ran moments apart: their ratio cancels a change of load
+        paired = [n / o for o, n in zip(medians["old"], medians["new"])]
         low = {s: min(min(m[case]["times"]) for m in measured[s]) for s in measured}
         same = measured["old"][0][case]["grad"] == measured["new"][0][case]["grad"]
         rows.append(
             (
                 case,
-                f"{med['old'] * 1e3:.2f}",
-                f"{med['new'] * 1e3:.2f}",
-                f"{med['new'] / med['old']:.3f}",
+                f"{statistics.median(medians['old']) * 1e3:.2f}",
+                f"{statistics.median(medians['new']) * 1e3:.2f}",
+                f"{statistics.median(paired):.3f}",
                 f"{low['new'] / low['old']:.3f}",
                 "yes" if same else "NO",
             )
         )
-    headers = ["case", "old ms", "new ms", "new/old (medians)", "new/old (fastest)"]
+    headers = ["case", "old ms", "new ms", "new/old (median of rounds)", "new/old (fastest)"]
     headers.append("same gradient")
     return table(headers, rows)
 

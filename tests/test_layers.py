@@ -27,8 +27,8 @@ LAYERS = [
     ["remat.schedules"],
     ["remat.executor", "remat.replay", "remat.alive", "remat.storage"],
     ["remat.graph"],
-    ["remat.checkpoint", "remat.policies", "remat.budget", "remat.memory", "remat.disk"]
-    + ["remat.blockwise", "remat.optim", "remat.workloads"],  # the front ends
+    ["remat.checkpoint", "remat.policies", "remat.budget", "remat.memory", "remat.measure"]
+    + ["remat.disk", "remat.blockwise", "remat.optim", "remat.workloads"],  # the front ends
     ["remat.plot", "remat.cli", "remat.__main__", "remat"],  # plots, CLI, the public face
 ]
 
