@@ -781,15 +781,27 @@ class Sweep:
             raise
 
 
+_tensor_ops: Any = None  # remat.ops' TENSOR_NAMESPACE, once remat.ops is imported
+
+
+def use_tensor_namespace(ns: Any) -> None:
+    """Give the tape the namespace of differentiable ops (remat.ops calls this once, as
+    it is imported): what VJP rules compute with when a backward is itself recorded
+    (``create_graph``), and ``ns.on_tape(array, node)``, which makes a saved array a
+    Tensor on its node.  The tape sits below the Tensor and the ops, so it is told
+    them rather than importing them."""
+    global _tensor_ops
+    _tensor_ops = ns
+
+
 def _as_tensors(record):
     """The record's saved values as Tensors linked to their nodes (for create_graph)."""
-    from .tensor import Tensor
-
+    on_tape = _tensor_ops.on_tape
     args = tuple(
-        a if node is None or a is None else Tensor._from_record(a, node)
+        a if node is None or a is None else on_tape(a, node)
         for a, node in zip(record.args, record.parents)
     )
-    ans = None if record.ans is None else Tensor._from_record(record.ans, record)
+    ans = None if record.ans is None else on_tape(record.ans, record)
     return args, ans
 
 
@@ -823,10 +835,7 @@ def backward_to(root, seed, targets, floor, create_graph=False):
 
     Only records made at or after ``floor`` are reversed (see TargetSweep).
     """
-    if create_graph:
-        from .ops import TENSOR_NAMESPACE as ns
-    else:
-        ns = backend.ARRAY_NAMESPACE
+    ns = _tensor_ops if create_graph else backend.ARRAY_NAMESPACE
     sweep = TargetSweep(ns, targets, floor, create_graph=create_graph)
     if root.node:
         sweep.add(root.node, seed)

@@ -8,7 +8,8 @@ A Tensor holds its value in ``data`` (a backend array) and one link, ``node``:
 * the :class:`~remat.tape.Record` of the op that produced it otherwise.
 
 Arithmetic operators and methods such as ``.sum()`` are the ops of
-:mod:`remat.ops`, attached at the bottom of this module.
+:mod:`remat.ops`, which attaches them when it is imported (the ops sit above
+the Tensor: this module imports none of them).
 """
 
 from __future__ import annotations
@@ -362,8 +363,8 @@ class Tensor:
         return f"tensor({text}{extra})"
 
     if TYPE_CHECKING:
-        # The operators and methods below are the ops of remat.ops, attached at the
-        # bottom of this module (remat.ops.attach_methods); their signatures, for
+        # The operators and methods below are the ops of remat.ops, attached when
+        # remat.ops is imported (remat.ops.attach_methods); their signatures, for
         # type checkers.
         def __add__(self, other: TensorLike) -> Tensor: ...
         def __radd__(self, other: TensorLike) -> Tensor: ...
@@ -528,8 +529,3 @@ def holds_tensors(items, needing_grad=False):
         or (isinstance(v, (list, tuple)) and holds_tensors(v, needing_grad))
         for v in items
     )
-
-
-from . import ops as _ops  # noqa: E402  (ops need Tensor defined first)
-
-_ops.attach_methods(Tensor)

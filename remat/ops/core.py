@@ -33,7 +33,7 @@ give the kept output instead of running it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import product
 from typing import TYPE_CHECKING, Any
 
@@ -159,8 +159,6 @@ def as_tensor(value: TensorLike) -> Tensor:
     if isinstance(value, Tensor):
         return value
     if isinstance(value, (list, tuple)) and holds_tensors(value):
-        from .shape import stack
-
         return stack([as_tensor(v) for v in value])
     return Tensor._wrap(backend.asarray(value))
 
@@ -565,3 +563,37 @@ def dual_apply(op, inputs, forward_kw=None, rule_kw=None):
     if total.shape != out.shape:
         total = ns.broadcast_to(total, out.shape)
     return dual(out, total, trace)
+
+
+# stack is here, not in remat.ops.shape, because as_tensor above stacks a list of
+# Tensors (and stack makes its parts with as_tensor).
+def _stack(*arrays, axis):
+    return xp.stack(arrays, axis=axis)
+
+
+STACK = defop(
+    "stack",
+    _stack,
+    Variadic(lambda i, ns, g, ans, *xs, axis: g[(slice(None),) * axis + (i,)]),
+    needs=lambda n: ("",) * n,
+    jvps=Variadic(
+        lambda i, ns, t, ans, *xs, axis: ns.scatter_add(
+            t.shape[:axis] + (len(xs),) + t.shape[axis:], (slice(None),) * axis + (i,), t
+        )
+    ),
+)
+
+
+def stack(tensors: Sequence[TensorLike], axis: int = 0) -> Tensor:
+    """Join tensors along a new axis.
+
+    >>> import remat as rm
+    >>> rm.stack([rm.zeros(2), rm.ones(2)], axis=1)
+    tensor([[0., 1.],
+           [0., 1.]])
+    """
+    parts = [as_tensor(t) for t in tensors]
+    if not parts:
+        raise ValueError("stack: needs at least one tensor")
+    axis = check_axis("stack", axis, parts[0].ndim + 1)
+    return apply(STACK, parts, {"axis": axis})
