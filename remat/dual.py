@@ -36,9 +36,9 @@ from typing import Any
 from . import backend
 from .core import apply as _core_apply
 from .core.apply import EAGER, WATCHING, output
+from .core.errors import operand_error
 from .core.tape import GRAD_ENABLED, STEP, Record
 from .core.tensor import Tensor
-from .core.values import operand_error
 from .selective import evaluate
 from .tape import StandIn
 

@@ -27,11 +27,11 @@ from contextvars import ContextVar
 from typing import TypeVar
 
 from . import backend
+from .core.errors import BackwardError
 from .core.tape import (
     GRAD_ENABLED,
     OPEN_TAPE,
     STEP,
-    BackwardError,
     Leaf,
     Record,
     Sweep,

@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import backend
-from .core.tensor import Tensor, holds_tensors, refuse_tensors_inside
-from .core.values import (
+from .core.errors import (
     REAL_ONLY,
     DTypeError,
     as_leaf_dtype,
@@ -22,6 +21,8 @@ from .core.values import (
     refuse_complex,
     refuse_complex_gradient,
 )
+from .core.tensor import Tensor
+from .core.values import holds_tensors, refuse_tensors_inside
 from .tape import StandIn
 
 if TYPE_CHECKING:

@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from .. import backend
 from ..guard import WATCHED, checks
+from .errors import check_axis, operand_error
 from .tape import GRAD_ENABLED, STEP, Record
-from .tensor import Tensor, holds_tensors
-from .values import check_axis, operand_error
+from .tensor import Tensor
+from .values import holds_tensors
 
 if TYPE_CHECKING:
     from ..typing import TensorLike

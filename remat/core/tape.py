@@ -46,6 +46,7 @@ from itertools import count
 from typing import Any
 
 from .. import backend, guard
+from .errors import changed_error, freed_error
 
 _sequence = count()  # shared by all threads: numbers only ever grow
 
@@ -67,21 +68,6 @@ on_record: Callable[[Record], None] | None = None
 before_vjp: Callable[[Record], None] | None = None
 """Hook: called with each record the sweep is about to reverse, before its saved
 values are read (remat.graph puts back the values it evicted)."""
-
-
-class BackwardError(RuntimeError):
-    """Backward cannot run: a graph already freed, or a gradient of bad shape.
-
-    >>> import remat as rm
-    >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
-    >>> y = (x * x).sum()
-    >>> y.backward()
-    >>> try:
-    ...     y.backward()  # the first backward freed what the second needs
-    ... except rm.BackwardError as error:
-    ...     print(str(error)[:38])
-    backward through `sum` (output shape (
-    """
 
 
 class Record:
@@ -146,18 +132,9 @@ class Record:
     def check_saved(self, cache: dict | None = None, sweep: str = "backward") -> None:
         """Raise if a value this record saved was changed in place since (remat.guard);
         ``sweep`` names what was about to read it (backward, or rm.jvp's forward sweep)."""
-        arrays = (*self.args, self.ans)
-        i = guard.changed(arrays, self.checks, self.seq, cache)
+        i = guard.changed((*self.args, self.ans), self.checks, self.seq, cache)
         if i is not None:
-            what = "its output" if i == len(self.args) else f"its input {i}"
-            a = arrays[i]
-            raise BackwardError(
-                f"{sweep} through `{self.op.name}` (output shape {self.shape}): {what}, an "
-                f"array of shape {a.shape} and dtype {a.dtype} saved for this {sweep}, was "
-                "changed in place after it was saved (through .data, np.asarray(t), .numpy() or "
-                "a view of them). Change values only when no backward still needs them (after "
-                "backward), or out of place: `with rm.no_grad(): p -= lr * p.grad` rebinds p."
-            )
+            raise changed_error(self, i, sweep)
 
     def __repr__(self):
         return f"<Record #{self.seq} {self.op.name} {self.shape}>"
@@ -282,7 +259,7 @@ class Sweep:
                 record.ct = None
                 parents = record.parents
                 if parents is None:
-                    raise _freed_error(record)
+                    raise freed_error(record)
                 if hook is not None:
                     hook(record)
                 if record.checks is not None or record.seq < oldest[0]:
@@ -324,14 +301,6 @@ class Sweep:
             if held is not None:  # run() clears the heap's
                 held.ct = None
             raise
-
-
-def _freed_error(record):
-    return BackwardError(
-        f"backward through `{record.op.name}` (output shape {record.shape}) a second time: "
-        "its saved arrays were freed by the first backward. Pass retain_graph=True to the "
-        "first backward() if you need to backpropagate through the same graph twice."
-    )
 
 
 _tensor_ops: Any = None  # remat.ops' TENSOR_NAMESPACE, once remat.ops is imported

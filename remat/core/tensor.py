@@ -19,15 +19,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import backend, guard
-from .tape import BackwardError, Leaf, Record, backward, next_sequence
-from .values import (
-    ArrayFace,
+from .. import backend
+from .errors import (
+    BackwardError,
     as_leaf_dtype,
     check_differentiable_dtype,
     own_gradients,
     refuse_complex,
 )
+from .tape import Leaf, Record, backward
+from .values import ArrayFace, refuse_tensors_inside
 
 if TYPE_CHECKING:
     from ..typing import Array, TensorLike
@@ -88,33 +89,6 @@ class Tensor(ArrayFace):
         t.grad = None
         t.node = node
         return t
-
-    # --- its value ------------------------------------------------------------
-    @property
-    def data(self) -> Array:
-        """The value, a backend array (NumPy or CuPy), shared with the tensor."""
-        array = self._data
-        guard.expose(array, next_sequence)
-        return array
-
-    @data.setter
-    def data(self, value: TensorLike) -> None:
-        if isinstance(value, Tensor):
-            value = value._data
-        if not backend.is_array(value):
-            value = backend.asarray(value)
-        old = self._data
-        if self.node and (value.shape != old.shape or value.dtype != old.dtype):
-            raise ValueError(
-                f"tensor.data = ...: this tensor requires grad and holds shape {old.shape} dtype "
-                f"{old.dtype}; the new value has shape {value.shape} dtype {value.dtype}. Give "
-                "an array of the same shape and dtype, or make a new tensor with rm.tensor"
-            )
-        if value is not old:
-            guard.expose(value, next_sequence)  # the caller still holds it
-            self._data = value
-            if type(self.node) is Leaf or isinstance(self.node, Record):  # a recomputation
-                self.node.rebound = guard.rebound(next_sequence)  # must not read it unawares
 
     # --- what it is ------------------------------------------------------------
     @property
@@ -196,16 +170,6 @@ class Tensor(ArrayFace):
         """The same values, cut from the tape (a constant sharing the array)."""
         return Tensor._wrap(self._data)
 
-    def __repr__(self) -> str:
-        text = repr(backend.to_host(self._data))
-        text = text[text.index("(") + 1 : text.rindex(")")] if text.startswith("array") else text
-        extra = "" if self.device == "cpu" else ", device='cuda'"
-        if type(self.node) is Record:
-            extra += f", op={self.node.op.name}"
-        elif self.node:
-            extra += ", requires_grad=True"
-        return f"tensor({text}{extra})"
-
     if TYPE_CHECKING:
 
         @classmethod
@@ -213,22 +177,3 @@ class Tensor(ArrayFace):
             """A leaf standing for an input remat differentiates with respect to
             (attached by :mod:`remat.tensor`, where the engine's StandIn is known)."""
             ...
-
-
-def refuse_tensors_inside(data):
-    """rm.tensor([a, b]) makes a new leaf: Tensors inside would silently lose their gradient."""
-    if isinstance(data, (list, tuple)) and holds_tensors(data, needing_grad=True):
-        raise TypeError(
-            "rm.tensor(...) got a list holding Tensors that require grad: the new tensor would "
-            "be a leaf cut from their gradients. Use rm.stack([...]) to keep the gradients, or "
-            "pass [t.detach() for t in ...] to cut them on purpose."
-        )
-
-
-def holds_tensors(items, needing_grad=False):
-    """Whether a (nested) list or tuple holds a Tensor (that requires grad) anywhere."""
-    return any(
-        (isinstance(v, Tensor) and (v.requires_grad or not needing_grad))
-        or (isinstance(v, (list, tuple)) and holds_tensors(v, needing_grad))
-        for v in items
-    )

@@ -10,11 +10,12 @@ mode; it is what makes the Tensor behave as an array would.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import backend, guard
-from .tape import GRAD_ENABLED, BackwardError, Leaf, Record, next_sequence
+from .errors import DTypeError
+from .tape import GRAD_ENABLED, Leaf, Record, next_sequence
 
 if TYPE_CHECKING:
     from ..typing import Array, Axis, DTypeLike, TensorLike
@@ -37,6 +38,33 @@ class ArrayFace:
         def dtype(self) -> Any: ...
         @classmethod
         def _wrap(cls, array: Any, requires_grad: bool = False) -> Tensor: ...
+
+    # --- its value ------------------------------------------------------------
+    @property
+    def data(self) -> Array:
+        """The value, a backend array (NumPy or CuPy), shared with the tensor."""
+        array = self._data
+        guard.expose(array, next_sequence)
+        return array
+
+    @data.setter
+    def data(self, value: TensorLike) -> None:
+        if isinstance(value, ArrayFace):
+            value = value._data
+        if not backend.is_array(value):
+            value = backend.asarray(value)
+        old = self._data
+        if self.node and (value.shape != old.shape or value.dtype != old.dtype):
+            raise ValueError(
+                f"tensor.data = ...: this tensor requires grad and holds shape {old.shape} dtype "
+                f"{old.dtype}; the new value has shape {value.shape} dtype {value.dtype}. Give "
+                "an array of the same shape and dtype, or make a new tensor with rm.tensor"
+            )
+        if value is not old:
+            guard.expose(value, next_sequence)  # the caller still holds it
+            self._data = value  # type: ignore[misc]  # (the slot is the Tensor's)
+            if type(self.node) is Leaf or isinstance(self.node, Record):  # a recomputation
+                self.node.rebound = guard.rebound(next_sequence)  # must not read it unawares
 
     @property
     def name(self) -> str | None:
@@ -237,127 +265,20 @@ class ArrayFace:
         def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor: ...
 
 
-def own_gradients(pairs, seed):
-    """Yield (key, gradient) from ``pairs`` with each gradient an array of its own.
-
-    A VJP may pass its cotangent on unchanged (add does), so two leaves could
-    otherwise share one array, or share the caller's seed.
-    """
-    seen = set()
-    for leaf, g in pairs:
-        if g is seed or id(g) in seen or not backend.is_owned(g):
-            g = backend.copy(g)
-        seen.add(id(g))
-        yield leaf, g
-
-
-def as_leaf_dtype(g, leaf):
-    """A leaf's gradient in the leaf's own dtype (float32 stays float32), as in PyTorch."""
-    if g.dtype == leaf.dtype:
-        return g
-    refuse_complex_gradient(g, leaf)
-    return g.astype(leaf.dtype)
-
-
-def refuse_complex_gradient(g, leaf):
-    """Refuse gradient ``g`` of a real ``leaf`` (anything with a shape and a dtype) that
-    came out complex: cast to the leaf's dtype, it would lose its imaginary part."""
-    if backend.is_complex(g.dtype) and not backend.is_complex(leaf.dtype):
-        raise BackwardError(
-            f"backward(): the gradient of a real leaf of shape {leaf.shape} and dtype "
-            f"{leaf.dtype} came out complex ({g.dtype}): a complex value was combined with it. "
-            "remat differentiates real functions only; take the real part where it belongs."
+def refuse_tensors_inside(data):
+    """rm.tensor([a, b]) makes a new leaf: Tensors inside would silently lose their gradient."""
+    if isinstance(data, (list, tuple)) and holds_tensors(data, needing_grad=True):
+        raise TypeError(
+            "rm.tensor(...) got a list holding Tensors that require grad: the new tensor would "
+            "be a leaf cut from their gradients. Use rm.stack([...]) to keep the gradients, or "
+            "pass [t.detach() for t in ...] to cut them on purpose."
         )
 
 
-REAL_ONLY = (
-    "remat differentiates real functions only. Allowed: a real (floating-point) array; "
-    "carry a complex value as two real ones, its real and imaginary parts"
-)
-
-
-def refuse_complex(array, what, dtype=None, allowed=REAL_ONLY):
-    """Refuse a complex ``array`` where remat wants a real value (of ``dtype``, if given,
-    when that is real).  Cast, the array would lose its imaginary part with at most
-    NumPy's ComplexWarning; carried as a constant, it would cut a gradient or a
-    tangent.  Either way the answer would be wrong without a word, so this raises,
-    naming ``what`` (the argument), the array's dtype and shape and what is ``allowed``."""
-    if array.dtype.kind != "c" or (dtype is not None and backend.is_complex(dtype)):
-        return  # (the kind, not backend.is_complex: this runs on every checkpointed call)
-    real = "" if dtype is None else f", where a real value of dtype {dtype} belongs"
-    raise DTypeError(
-        f"{what} is complex (dtype {array.dtype}, shape {tuple(array.shape)}){real}; {allowed}"
+def holds_tensors(items, needing_grad=False):
+    """Whether a (nested) list or tuple holds a Tensor (that requires grad) anywhere."""
+    return any(
+        (isinstance(v, ArrayFace) and (v.requires_grad or not needing_grad))
+        or (isinstance(v, (list, tuple)) and holds_tensors(v, needing_grad))
+        for v in items
     )
-
-
-class DTypeError(TypeError, ValueError):
-    """An array of the wrong dtype for what was asked (gradients need floats).
-
-    >>> import remat as rm
-    >>> try:
-    ...     rm.tensor([1, 2], requires_grad=True)
-    ... except rm.DTypeError as error:
-    ...     print(str(error).split(";")[0])
-    requires_grad=True needs a floating-point array
-    """
-
-
-def check_differentiable_dtype(array):
-    if not backend.is_floating(array.dtype):
-        raise DTypeError(
-            f"requires_grad=True needs a floating-point array; got dtype {array.dtype} "
-            f"(shape {tuple(array.shape)}). Pass dtype=float64 (or float32) to rm.tensor."
-        )
-
-
-# --- operands that do not fit ----------------------------------------------------
-
-
-class ShapeError(ValueError):
-    """An op was given arrays whose shapes do not fit together.
-
-    >>> import remat as rm
-    >>> try:
-    ...     rm.ones(2) + rm.ones(3)
-    ... except rm.ShapeError as error:
-    ...     print(str(error).split(":")[0:2])
-    ['add', ' cannot combine operands of shapes (2,) and (3,)']
-    """
-
-
-SHAPE_RULES: dict[str, Callable[..., str]] = {}
-"""op name -> f(*operands) explaining, for a human, why their shapes do not fit."""
-
-
-def check_axis(op_name: str, axis: int, ndim: int) -> int:
-    """``axis`` as an index in [0, ndim), or a ShapeError naming the op (as NumPy would)."""
-    if not -ndim <= axis < ndim:
-        raise ShapeError(f"{op_name}: axis {axis} is out of bounds for {ndim} axes")
-    return axis % ndim
-
-
-def shape_error(op, datas, error):
-    rule = SHAPE_RULES.get(op.name)
-    if rule is not None:
-        return ShapeError(rule(*datas))
-    if len(datas) == 1:
-        return ShapeError(f"{op.name}: {error} (operand of shape {getattr(datas[0], 'shape', ())})")
-    shapes = " and ".join(str(getattr(d, "shape", ())) for d in datas)
-    return ShapeError(f"{op.name}: cannot combine operands of shapes {shapes}: {error}")
-
-
-def operand_error(op, datas, error):
-    """Why an op refused its operands: two devices, shapes, or another NumPy error,
-    always naming the op."""
-    devices = backend.mixed_devices(datas)
-    if devices is not None:
-        return backend.DeviceError(
-            f"{op.name}: operands are on different devices: {devices}; move one with .to()"
-        )
-    if isinstance(error, ValueError):
-        return shape_error(op, datas, error)
-    described = ", ".join(
-        f"{getattr(d, 'dtype', type(d).__name__)} {getattr(d, 'shape', '')}".strip() for d in datas
-    )
-    kind = TypeError if isinstance(error, TypeError) else ValueError
-    return kind(f"{op.name}: {error} (operands: {described})")

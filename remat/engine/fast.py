@@ -23,9 +23,9 @@ from typing import Any
 
 from .. import backend
 from ..core.apply import WATCHING, Op, apply, as_tensor, output
+from ..core.errors import operand_error
 from ..core.tape import GRAD_ENABLED, STEP, Record
 from ..core.tensor import Tensor
-from ..core.values import operand_error
 from ..dual import Dual, dual_apply, no_tangent_rule
 from ..guard import WATCHED, checks
 from ..typing import TensorLike

@@ -26,11 +26,11 @@ from ..core.apply import (
     stack,
     xp,
 )
+from ..core.errors import SHAPE_RULES, ShapeError, check_axis
 from ..core.tape import GRAD_ENABLED
 from ..core.tensor import Tensor
-from ..core.values import SHAPE_RULES, ShapeError, check_axis
+from ..core.values import holds_tensors
 from ..engine.fast import make_binary, make_unary, unary
-from ..tensor import holds_tensors
 
 if TYPE_CHECKING:
     pass
