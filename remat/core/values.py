@@ -202,7 +202,8 @@ class ArrayFace:
     def __index__(self) -> int:
         """A 0-d integer tensor used where Python wants an int (``range(t)``, ``lst[t]``).
 
-        >>> ["a", "b", "c"][tensor(1)]
+        >>> import remat as rm
+        >>> ["a", "b", "c"][rm.tensor(1)]
         'b'
         """
         if self.ndim != 0 or not backend.is_integer(self.dtype):
