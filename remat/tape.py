@@ -36,14 +36,12 @@ from .core.tape import (
     Record,
     Sweep,
     _as_tensors,
-    backward,
     next_sequence,
     tensor_namespace,
-    unbroadcast,
-    use_tensor_namespace,
 )
 from .engine.views import RecorderViews, shape_text
 
+# The core's names the engine's modules (executor, functional, checkpoint) take from here.
 __all__ = [
     "GRAD_ENABLED",
     "OPEN_TAPE",
@@ -53,10 +51,7 @@ __all__ = [
     "Record",
     "Sweep",
     "_as_tensors",
-    "backward",
     "next_sequence",
-    "unbroadcast",
-    "use_tensor_namespace",
 ]
 
 # Recording state besides the core's, per thread and per context: how deep inside

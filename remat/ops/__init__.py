@@ -7,7 +7,7 @@ the tests check each entry's gradient against finite differences.
 from types import SimpleNamespace
 
 from .. import backend
-from ..tape import use_tensor_namespace
+from ..core.tape import use_tensor_namespace
 from .core import OPS, ShapeError, Tensor, as_tensor, stack
 from .elementwise import (
     abs,

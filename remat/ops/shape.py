@@ -115,7 +115,7 @@ def _broadcast_to(x, shape):
     return xp.broadcast_to(x, shape)
 
 
-# The tape sums the cotangent back to the input's shape (tape.unbroadcast).
+# The tape sums the cotangent back to the input's shape (remat.core.tape.unbroadcast).
 BROADCAST_TO = defop(
     "broadcast_to",
     _broadcast_to,
