@@ -20,7 +20,7 @@ import operator
 from typing import TYPE_CHECKING
 
 from . import backend
-from .tensor import Tensor, _check_differentiable_dtype
+from .tensor import Tensor, check_differentiable_dtype
 
 if TYPE_CHECKING:
     from .typing import DTypeLike, Shape, TensorLike
@@ -30,7 +30,7 @@ float64 = backend.float64
 
 def _made(array, requires_grad):
     if requires_grad:
-        _check_differentiable_dtype(array)
+        check_differentiable_dtype(array)
     return Tensor._wrap(array, requires_grad=requires_grad)
 
 

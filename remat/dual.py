@@ -34,16 +34,20 @@ from contextvars import ContextVar
 from typing import Any
 
 from . import backend
-from .tape import GRAD_ENABLED, Record, StandIn
-from .tensor import Tensor
+from .core import apply as _core_apply
+from .core.apply import EAGER, WATCHING, output
+from .core.errors import operand_error
+from .core.tape import GRAD_ENABLED, STEP, Record
+from .core.tensor import Tensor
+from .selective import evaluate
+from .tape import StandIn
 
 _get_node = Tensor.__dict__["node"].__get__  # Tensor's own slot, under Dual's property
 _set_node = Tensor.__dict__["node"].__set__
 
-EAGER: list[Trace] = []
-"""The traces of the ``rm.jvp`` calls now running eagerly (any thread).  The
-general op paths (:func:`remat.ops.core.apply`) look for Duals only while it
-is not empty; the one- and two-input ops find them by their type, for free."""
+# EAGER (remat.core.apply's hook) lists the traces of the rm.jvp calls now running
+# eagerly (any thread).  The generic apply looks for Duals only while it is not
+# empty, and hands them to dual_apply below; the fast paths find them by their type.
 
 
 class Trace:
@@ -115,6 +119,10 @@ class Seeded(StandIn):
         super().__init__(dual)
         self.tangent = dual.tangent
         self.trace = trace
+
+    def reached(self, sweep: Any, g: Any) -> None:
+        """A sweep collects its gradient as a leaf's."""
+        sweep.collect(self, g)
 
 
 SWEEPING: ContextVar[Trace | None] = ContextVar("remat_sweeping", default=None)
@@ -281,3 +289,67 @@ def no_tangent_rule(op: Any) -> NotImplementedError:
         f"rm.jvp: forward mode through `{op.name}` is not supported: the op has no "
         "tangent rule (jvps=) in the op table"
     )
+
+
+def dual_apply(op, inputs, forward_kw=None, rule_kw=None):
+    """Apply ``op`` to operands among which a Dual (:mod:`remat.dual`): its value and,
+    at once, its tangent, the sum over the Duals of each one's tangent rule.
+
+    The rules read what the op's VJP rules read (its output and operands), and
+    the terms are summed in the order of the operands, as the forward sweep
+    over a recording sums them.  Returns None where the recorded path must
+    take over: a Dual of a jvp that is no longer eager, Duals of two jvps, or
+    an operand that is recorded itself (reading the Duals' nodes there
+    switches their jvp to recording), and so does a step or checkpointed
+    function that the executor runs untaped (it reads what the function closes
+    over then, to carry its tangent later).  Under ``rm.no_grad`` the result is
+    a constant, as a recording would make it.
+    """
+    trace = None
+    datas = []
+    recording = GRAD_ENABLED.get()
+    if not recording and recording is not False:
+        return None  # a step run untaped (UNTAPED): the taped path reads the nodes
+    for v in inputs:
+        if type(v) is Dual:
+            if trace is None:
+                trace = v.trace
+            elif v.trace is not trace:
+                return None
+            datas.append(v._data)
+        elif isinstance(v, Tensor):
+            if recording and v.node is not None:
+                return None
+            datas.append(v._data)
+        else:  # a constant the op takes as it is: a number, an array, None (layer_norm's)
+            datas.append(v)
+    if trace is None or not trace.eager:
+        return None
+    try:
+        if WATCHING:  # a frame watches op evaluations (remat.selective)
+            out = evaluate(op, datas, forward_kw)
+        else:
+            out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
+    except (ValueError, TypeError) as error:
+        raise operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
+    if type(out) is not backend.ndarray:
+        out = output(out)
+    if not recording:
+        return Tensor._from_record(out, STEP.get())
+    rules, kw = op.jvps, rule_kw if rule_kw is not None else forward_kw
+    ns, total = backend.ARRAY_NAMESPACE, None
+    for i, v in enumerate(inputs):
+        if type(v) is Dual:
+            if rules is None:
+                raise no_tangent_rule(op)
+            rule = rules[i]
+            part = (
+                rule(ns, v.tangent, out, *datas, **kw) if kw else rule(ns, v.tangent, out, *datas)
+            )
+            total = part if total is None else total + part
+    if total.shape != out.shape:
+        total = ns.broadcast_to(total, out.shape)
+    return dual(out, total, trace)
+
+
+_core_apply.dual_apply = dual_apply  # the core's hook (remat.core.apply.EAGER)

@@ -24,7 +24,7 @@ import operator
 from typing import TYPE_CHECKING
 
 from . import backend
-from .tensor import Tensor, _check_differentiable_dtype, holds_tensors
+from .tensor import Tensor, check_differentiable_dtype, holds_tensors
 
 if TYPE_CHECKING:
     from .typing import DTypeLike, Shape, TensorLike
@@ -74,7 +74,7 @@ def _size(name, size, shape):
 
 def _sample(array, requires_grad):
     if requires_grad:
-        _check_differentiable_dtype(array)
+        check_differentiable_dtype(array)
     return Tensor._wrap(array, requires_grad=requires_grad)
 
 

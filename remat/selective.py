@@ -43,7 +43,9 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from . import backend, guard
-from .tape import next_sequence
+from .core import apply as _core_apply
+from .core.apply import WATCHING
+from .core.tape import next_sequence
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -62,8 +64,10 @@ class PolicyError(RuntimeError):
     """
 
 
-OPEN: list[Frame] = []
-"""Every frame open now, in any thread: the ops' one test (empty: nothing to do)."""
+OPEN: list[Frame] = WATCHING
+"""Every frame open now, in any thread: the ops' one test (empty: nothing to do).
+It is the core's hook list :data:`remat.core.apply.WATCHING`, with which the ops
+call :func:`evaluate` (given to the core below) instead of the forward."""
 
 FRAMES: ContextVar[tuple[Any, ...]] = ContextVar("remat_frames", default=())
 """The frames open in this thread and context, outermost first."""
@@ -425,3 +429,6 @@ def checkpoint_name(x: Tensor, name: str) -> Tensor:
                 if frame.names:
                     frame.name(array, name)
     return x
+
+
+_core_apply.evaluate = evaluate  # the core's hook (remat.core.apply.WATCHING)

@@ -1,60 +1,64 @@
-"""The tape: operations recorded in execution order, and the reverse sweep.
+"""The engine's side of the tape: loop steps, stand-ins, recording contexts and recorders.
 
-Every op that sees an input requiring a gradient leaves a :class:`Record`: the
-op, a sequence number (its place on the tape), the arrays its VJP will need,
-and links to where its inputs came from (``parents``: the record that made an
-input, or the :class:`Leaf` of a leaf tensor).  Nothing else is kept: an op whose VJP does
-not need an input does not keep that input alive.
+The tape itself -- :class:`Record`, :class:`Leaf` and the reverse sweep -- is
+the teaching core's (:mod:`remat.core.tape`); this module adds what the engine
+needs around it, each through a hook the core names:
 
-Backward walks the tape in reverse: starting from the output, it always takes
-the *latest* record whose cotangent is known (a heap ordered by sequence
-number), applies the op's VJP and adds the results into its parents'
-cotangents.  By the time a record is taken, every later op that used its
-output has already been reversed, so its cotangent is complete.  Records that
-do not lead to the output are never visited, and the walk is a loop, not a
-recursion, so a chain of any length backpropagates.
+* :class:`StepValue`, the falsy marker a value made inside a loop step (or a
+  checkpointed function) gets instead of None, and :class:`EscapeError`, raised
+  when such a value is used outside its step (``marker.used_in(op_name)``);
+* :class:`StandIn` and :class:`ConstantInput`, the leaves of inputs remat makes
+  itself, and :class:`StepRecord`, a record of one taped loop step: what a
+  sweep that reaches them does (``node.reached(sweep, g)``);
+* ``no_grad``, ``enable_grad`` and the executor's ``untaped``;
+* :class:`Recorder` (``with rm.Tape() as tape``), which lists every record made
+  inside it (the core's ``OPEN_TAPE``), and prints or draws them
+  (:mod:`remat.engine.views`);
+* :class:`TargetSweep`, the sweep of one ``rm.grad`` call.
 
-Each VJP is written once against a small namespace ``ns``: in an ordinary
-backward ``ns`` is the array module and the VJP runs on raw arrays (nothing is
-recorded, so a backward costs little more than hand-written NumPy); when the
-backward itself is to be differentiated (``rm.grad`` of ``rm.grad``) ``ns`` is
-remat's own op namespace, the arguments are Tensors, and the VJP is recorded
-like any other computation.
-
-Tapes: ``with rm.Tape() as tape:`` (a :class:`Recorder`) lists every record
-made inside it, so that ``print(tape)`` shows the computation.  Outside any
-``with``, records go to the
-default tape, which keeps no list: a record lives exactly as long as a tensor
-that can still reach it, so computations never differentiated do not pile up.
+Outside any ``with``, records go to no list: a record lives exactly as long as
+a tensor that can still reach it, so computations never differentiated do not
+pile up.
 """
 
 from __future__ import annotations
 
-import heapq
-import weakref
 from contextvars import ContextVar
-from itertools import count
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from . import backend, guard
+from . import backend
+from .core.errors import BackwardError
+from .core.tape import (
+    GRAD_ENABLED,
+    OPEN_TAPE,
+    STEP,
+    Leaf,
+    Record,
+    Sweep,
+    _as_tensors,
+    next_sequence,
+    tensor_namespace,
+)
+from .engine.views import RecorderViews, shape_text
 
-_sequence = count()  # shared by all threads: numbers only ever grow
+# The core's names the engine's modules (executor, functional, checkpoint) take from here.
+__all__ = [
+    "GRAD_ENABLED",
+    "OPEN_TAPE",
+    "STEP",
+    "BackwardError",
+    "Leaf",
+    "Record",
+    "Sweep",
+    "_as_tensors",
+    "next_sequence",
+]
 
-
-def next_sequence() -> int:
-    """Take a sequence number: every record made after this call has a larger one."""
-    return next(_sequence)
-
-
-# Recording state, per thread and per context (each thread, and each asyncio
-# task, sees its own values): whether ops are recorded, which Tape is open,
-# how deep inside rm.grad the code runs, and which loop step is running.
-GRAD_ENABLED = ContextVar("remat_grad_enabled", default=True)
-OPEN_TAPE = ContextVar("remat_open_tape", default=None)
+# Recording state besides the core's, per thread and per context: how deep inside
+# rm.grad the code runs, and whether it runs inside rm.jvp's recording, or inside
+# an rm.grad whose backward is itself recorded (to be differentiated again).
 GRAD_DEPTH = ContextVar("remat_grad_depth", default=0)
-STEP = ContextVar("remat_step", default=None)
 FORWARD_MODE = ContextVar("remat_forward_mode", default=False)  # inside rm.jvp's recording
-# inside an rm.grad whose backward is itself recorded (to be differentiated again)
 RECORDED_BACKWARD = ContextVar("remat_recorded_backward", default=False)
 _TAPE_START = ContextVar("remat_tape_start", default=0)  # records an open tape had before
 
@@ -110,6 +114,14 @@ class StepValue:
 
     def __bool__(self):
         return False
+
+    def used_in(self, where):
+        """Refuse this value in ``where`` unless its step is running (the core's hook)."""
+        check_step_value(where, self)
+
+    def escaped(self, where):
+        """The error for this value used in ``where``, outside its step."""
+        return escape_error(where, self)
 
     def __str__(self):
         return self.owner if self.step is None else f"step {self.step} of {self.owner}"
@@ -179,91 +191,6 @@ def pop_value(var):
     var.set(saved[-1][1])
 
 
-class Record:
-    """One op on the tape, holding what its VJP needs and nothing more.
-
-    ``op`` is the primitive (its ``name``), ``parents`` the node of each input
-    (a Record, a Leaf, or None for a constant), ``args`` and ``ans`` what the
-    VJP reads (None where it reads nothing), ``shape`` the output's shape.
-
-    >>> import remat as rm
-    >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
-    >>> y = rm.sin(x)
-    >>> y.record.op.name, y.record.shape, y.record.saved_bytes()
-    ('sin', (2,), 16)
-    """
-
-    __slots__ = (
-        "op",
-        "seq",
-        "parents",
-        "args",
-        "ans",
-        "kwargs",
-        "shape",
-        "ct",
-        "checks",
-        "rebound",
-    )
-    rebound: int  # set only when a non-leaf tensor it made gets a new value (Tensor.data); getattr
-
-    def __init__(
-        self,
-        op: Any,
-        parents: Any,
-        args: Any,
-        ans: Any,
-        kwargs: dict | None,
-        shape: Any,
-    ) -> None:
-        self.op = op
-        self.seq = next(_sequence)
-        self.parents = parents  # per input: None, a Record, or a Leaf
-        self.args = args  # per input: the saved array / constant, or None
-        self.ans = ans  # the output array if the VJP needs it, else None
-        self.kwargs = kwargs
-        self.shape = shape
-        self.ct = None  # the cotangent, filled in during backward
-        self.checks = None  # fingerprints of saved arrays the user could write (remat.guard)
-        tape = OPEN_TAPE.get()
-        if tape is not None:
-            tape.records.append(self)
-
-    @property
-    def freed(self) -> bool:
-        """Whether backward has passed and released what this record saved."""
-        return self.parents is None
-
-    def saved_bytes(self) -> int:
-        """The bytes of the arrays this record holds for its VJP."""
-        if self.parents is None:
-            return 0
-        return sum(backend.nbytes(a) for a in self.args) + backend.nbytes(self.ans)
-
-    def release(self) -> None:
-        """Drop what the record holds (backward calls it once it has passed)."""
-        self.parents = self.args = self.ans = None
-
-    def check_saved(self, cache: dict | None = None, sweep: str = "backward") -> None:
-        """Raise if a value this record saved was changed in place since (remat.guard);
-        ``sweep`` names what was about to read it (backward, or rm.jvp's forward sweep)."""
-        arrays = (*self.args, self.ans)
-        i = guard.changed(arrays, self.checks, self.seq, cache)
-        if i is not None:
-            what = "its output" if i == len(self.args) else f"its input {i}"
-            a = arrays[i]
-            raise BackwardError(
-                f"{sweep} through `{self.op.name}` (output shape {self.shape}): {what}, an "
-                f"array of shape {a.shape} and dtype {a.dtype} saved for this {sweep}, was "
-                "changed in place after it was saved (through .data, np.asarray(t), .numpy() or "
-                "a view of them). Change values only when no backward still needs them (after "
-                "backward), or out of place: `with rm.no_grad(): p -= lr * p.grad` rebinds p."
-            )
-
-    def __repr__(self):
-        return f"<Record #{self.seq} {self.op.name} {self.shape}>"
-
-
 class StepRecord(Record):
     """A record made inside one taped step of a checkpointed loop.
 
@@ -273,24 +200,15 @@ class StepRecord(Record):
 
     __slots__ = ()
 
-
-class Leaf:
-    """Where a leaf tensor's gradient goes: the tensor (held weakly) and its shape.
-
-    A leaf tensor's ``node`` is its Leaf.  The link back is weak, so a leaf
-    and its node form no reference cycle: dropping the tensor frees it at once.
-    """
-
-    __slots__ = ("tensor", "shape", "dtype", "rebound")
-
-    def __init__(self, tensor):
-        self.tensor = weakref.ref(tensor)
-        self.shape = tensor._data.shape
-        self.dtype = tensor._data.dtype
-        self.rebound = -1  # sequence number of the latest new value (guard.rebound)
-
-    def __repr__(self):
-        return f"<Leaf {self.shape}>"
+    def reached(self, sweep, g):
+        """A sweep other than its step's reached it: a value escaped the step."""
+        raise EscapeError(
+            f"backward reached `{self.op.name}` (output shape {self.shape}), which was "
+            "recorded inside a step of a checkpointed loop (or a checkpointed function), from "
+            "outside it: a value computed inside was kept and used elsewhere. Return it (as "
+            "part of the state, or as a scan's y) instead, or .detach() it if you only need "
+            "its value."
+        )
 
 
 class StandIn(Leaf):
@@ -304,6 +222,15 @@ class StandIn(Leaf):
 
     __slots__ = ()
 
+    def reached(self, sweep, g):
+        """A sweep outside the computation it stands in for reached it: an escape."""
+        raise EscapeError(
+            f"backward reached an input (shape {self.shape}) that remat made for a loop "
+            "step, a checkpointed function or rm.grad, from outside it: a step's (or "
+            "function's) input was kept and used elsewhere. Return it as part of the state "
+            "instead, or .detach() it if you only need its value."
+        )
+
 
 class ConstantInput(StandIn):
     """The leaf of an input that is not itself recorded (an array, a Tensor that needs
@@ -316,6 +243,9 @@ class ConstantInput(StandIn):
     """
 
     __slots__ = ()
+
+    def reached(self, sweep, g):
+        """A constant's leaf (rm.jvp's): no gradient asked outside its call."""
 
 
 class no_grad:
@@ -381,7 +311,7 @@ class untaped(enable_grad):
 _R = TypeVar("_R", bound="Recorder")
 
 
-class Recorder:
+class Recorder(RecorderViews):
     """A recording context: ``with Recorder() as r:`` lists every record made inside,
     in order, so that ``print(r)`` shows the computation.
 
@@ -426,371 +356,24 @@ class Recorder:
     def __len__(self):
         return len(self.records)
 
-    def __str__(self):
-        return self.describe()
-
-    def describe(self, expand_loops: bool = False, max_actions: int = 20) -> str:
-        """The records as text, one line each: ``print(tape)`` is ``describe()``.
-
-        Records are numbered 1, 2, 3 ... in the order they were made on this
-        tape; each line gives the op, the output shape, the bytes it saves for
-        backward ("freed" once backward has passed), and its inputs: the number
-        of the record that made each one, ``leaf`` (a tensor made with
-        requires_grad=True), ``constant`` (no gradient wanted), ``input`` (an
-        input remat made for a loop step or rm.grad) or ``outside`` (a record
-        made before this tape was opened).  ``expand_loops=True`` lists under
-        each loop, chain or scan record the actions of its schedule (at most
-        ``max_actions`` of them), while the record still holds its run.
-
-        >>> import remat as rm
-        >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
-        >>> with rm.Tape() as tape:
-        ...     y = (rm.sin(x) * x).sum()
-        >>> print(tape)  # doctest: +NORMALIZE_WHITESPACE
-        Tape: 3 records, 48 bytes saved
-          #1  sin       2       16 B saved  inputs: leaf 2
-          #2  multiply  2       32 B saved  inputs: #1, leaf 2
-          #3  sum       scalar  0 B saved   inputs: #2
-        """
-        number = {id(r): k for k, r in enumerate(self.records, 1)}
-        rows: list[tuple[str, ...]] = []
-        for k, record in enumerate(self.records, 1):
-            saved = "freed" if record.freed else f"{record.saved_bytes()} B saved"
-            if record.freed:
-                inputs = "inputs freed by backward"
-            else:
-                inputs = "inputs: " + ", ".join(_input_name(p, number) for p in record.parents)
-            rows.append((f"#{k}", record.op.name, _shape_text(record.shape), saved, inputs))
-            if expand_loops and record.op.name == "loop":
-                rows.extend(("", f"    {line}") for line in _loop_lines(record, max_actions))
-        widths = [max((len(row[c]) for row in rows if len(row) > 2), default=0) for c in range(4)]
-        lines = [
-            f"{type(self).__name__}: {len(self.records)} records, {self.saved_bytes()} bytes saved"
-        ]
-        for row in rows:
-            if len(row) == 2:
-                lines.append(f"  {row[1]}")
-            else:
-                cells = [cell.ljust(w) for cell, w in zip(row[:4], widths)]
-                lines.append("  " + "  ".join(cells) + "  " + row[4])
-        return "\n".join(lines)
-
-    def to_dot(self, expand_loops: bool = False, max_actions: int = 12) -> str:
-        """The recorded graph as Graphviz DOT text (render it with ``dot -Tsvg``, or
-        :meth:`draw`).
-
-        A box per record (its number on this tape, op, output shape and bytes
-        saved), an ellipse per leaf tensor (and per input remat made, or record
-        made outside this tape), and an arrow from each input to the record that
-        used it; constants are not drawn.  ``expand_loops=True`` adds a loop's
-        schedule actions to its box (see :meth:`describe`).
-
-        >>> import remat as rm
-        >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
-        >>> with rm.Tape() as tape:
-        ...     y = (x * x).sum()
-        >>> print(tape.to_dot())  # doctest: +NORMALIZE_WHITESPACE
-        digraph tape {
-          rankdir=LR;
-          node [fontname="Helvetica", fontsize=11];
-          n1 [shape=ellipse, label="leaf 2"];
-          r1 [shape=box, label="#1 multiply\\n2\\n32 B saved"];
-          r2 [shape=box, label="#2 sum\\nscalar\\n0 B saved"];
-          n1 -> r1;
-          n1 -> r1;
-          r1 -> r2;
-        }
-        <BLANKLINE>
-        """
-        number = {id(r): k for k, r in enumerate(self.records, 1)}
-        # id(node) -> (DOT name, its label) for nodes that are not our records
-        sources: dict[int, tuple[str, str]] = {}
-        boxes, edges = [], []
-        for k, record in enumerate(self.records, 1):
-            saved = "freed" if record.freed else f"{record.saved_bytes()} B saved"
-            label = [f"#{k} {record.op.name}", _shape_text(record.shape), saved]
-            if expand_loops and record.op.name == "loop":
-                label.extend(_loop_lines(record, max_actions))
-            boxes.append(f"  r{k} [shape=box, label={_dot_label(label)}];")
-            for parent in record.parents or ():
-                if parent is None:
-                    continue
-                j = number.get(id(parent))
-                if j is None:
-                    name, text = sources.setdefault(
-                        id(parent), (f"n{len(sources) + 1}", _input_name(parent, number))
-                    )
-                else:
-                    name = f"r{j}"
-                edges.append(f"  {name} -> r{k};")
-        ellipses = [
-            f"  {name} [shape=ellipse, label={_dot_label([text])}];"
-            for name, text in sources.values()
-        ]
-        head = ["digraph tape {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=11];']
-        return "\n".join(head + ellipses + boxes + edges + ["}"]) + "\n"
-
-    def draw(self, expand_loops: bool = False, max_actions: int = 12) -> Any:
-        """:meth:`to_dot` as a ``graphviz.Source`` (shown as a picture in Jupyter; call
-        ``.render()`` to write a file).  Needs the optional ``graphviz`` package
-        (``pip install "remat[graph]"``) and the Graphviz programs (``apt install graphviz``,
-        ``brew install graphviz``, ...)."""
-        try:
-            import graphviz
-        except ImportError:
-            raise ImportError(
-                "tape.draw() needs the graphviz package (pip install 'remat[graph]', and the "
-                "Graphviz programs); tape.to_dot() gives the DOT text without it"
-            ) from None
-        return graphviz.Source(self.to_dot(expand_loops, max_actions))
-
     def __repr__(self):
         return f"<{type(self).__name__} {len(self.records)} records>"
 
-
-def _shape_text(shape):
-    if not isinstance(shape, tuple):  # a multi-output record (a loop) has a tuple of shapes
-        return ""
-    if shape and all(isinstance(n, tuple) for n in shape):
-        return ", ".join(_shape_text(s) for s in shape)
-    return "x".join(map(str, shape)) or "scalar"
-
-
-def _input_name(node, number):
-    """How a record's input is named in describe() and to_dot()."""
-    if node is None:
-        return "constant"
-    if type(node) is StandIn:
-        return f"input {_shape_text(node.shape)}"
-    if isinstance(node, Leaf):
-        name = getattr(node.tensor(), "_name", None)  # rm.tensor(..., name=)
-        return (
-            f"{name}: leaf {_shape_text(node.shape)}" if name else f"leaf {_shape_text(node.shape)}"
-        )
-    k = number.get(id(node))
-    return f"#{k}" if k is not None else f"outside: {node.op.name} {_shape_text(node.shape)}"
-
-
-def _loop_lines(record, max_actions):
-    """The schedule and (the first ``max_actions`` of) its actions, for a loop record."""
-    run = record.args[0] if record.args else None
-    schedule = getattr(run, "schedule", None)
-    if schedule is None:
-        return ["schedule: released by backward (expand before backward)"]
-    steps = run.stats.steps
-    actions, shown, total = iter(schedule), [], 0  # a fresh run of the same schedule
-    finish = getattr(actions, "finish", None)  # online: told the length after its last step
-    for action in actions:
-        total += 1
-        if len(shown) < max_actions:
-            shown.append(repr(action))
-        kind = type(action).__name__
-        if finish is not None and kind == "Tape" and action.stop == steps:
-            finish(steps)
-            finish = None
-        if kind == "End":
-            break
-    more = [f"... {total - len(shown)} more"] if total > len(shown) else []
-    owner = run.chain.owner
-    return [f"{owner}: {schedule!r}, {steps} steps, {total} actions"] + shown + more
-
-
-def _dot_label(lines):
-    """A DOT label: the first line centred, the rest (a loop's actions) left-aligned."""
-    escaped = [line.replace("\\", "\\\\").replace('"', '\\"') for line in lines]
-    if len(escaped) <= 3:
-        return '"' + "\\n".join(escaped) + '"'
-    return '"' + "\\n".join(escaped[:3]) + "\\n" + "\\l".join(escaped[3:]) + '\\l"'
-
-
-# --- the reverse sweep ------------------------------------------------------
-
-
-class BackwardError(RuntimeError):
-    """Backward cannot run: a graph already freed, or a gradient of bad shape.
-
-    >>> import remat as rm
-    >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
-    >>> y = (x * x).sum()
-    >>> y.backward()
-    >>> try:
-    ...     y.backward()  # the first backward freed what the second needs
-    ... except rm.BackwardError as error:
-    ...     print(str(error)[:38])
-    backward through `sum` (output shape (
-    """
-
-
-def _freed_error(record):
-    return BackwardError(
-        f"backward through `{record.op.name}` (output shape {record.shape}) a second time: "
-        "its saved arrays were freed by the first backward. Pass retain_graph=True to the "
-        "first backward() if you need to backpropagate through the same graph twice."
-    )
-
-
-def unbroadcast(ns, g, shape):
-    """Sum a cotangent over the axes that broadcasting added or stretched."""
-    extra = g.ndim - len(shape)
-    axes = tuple(range(extra)) + tuple(
-        i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1
-    )
-    if axes:
-        g = ns.sum(g, axis=axes, keepdims=True)
-    return ns.reshape(g, shape)
-
-
-class Sweep:
-    """One reverse sweep: a heap of records waiting, and the leaves' gradients.
-
-    ``RECORD`` is the kind of record this sweep reverses itself: the records
-    of the ordinary tape.  (A loop step's own sweep reverses that step's
-    :class:`StepRecord` s; such a record reaching any other sweep is a value
-    that escaped its step, and is refused.)
-
-    ``ns`` is the namespace VJPs compute with (the array module, or remat's
-    ops when ``create_graph``).  ``leaf_grads`` maps id(leaf) -> [leaf, grad,
-    owned] for each :class:`Leaf` reached; ``owned`` says the sweep made
-    ``grad`` itself and may add into it.
-    """
-
-    def __init__(self, ns, retain_graph=False, create_graph=False):
-        self.ns = ns
-        self.create_graph = create_graph
-        self.retain_graph = retain_graph or create_graph
-        self.heap = []
-        self.leaf_grads = {}
-        self.floor = 0  # records below this sequence number belong to an outer sweep
-
-    RECORD = Record
-
-    def owns(self, node: object) -> bool:
-        """Whether this sweep reverses ``node`` itself (else it belongs elsewhere)."""
-        return type(node) is Record
-
-    def push(self, record, g):
-        """Add ``g`` to the cotangent of a record this sweep reverses."""
-        ct = record.ct
-        if ct is None:
-            record.ct = g
-            heapq.heappush(self.heap, (-record.seq, record))
-        else:
-            record.ct = ct + g
-
-    def add(self, node, g):
-        """Add cotangent ``g`` to ``node`` (a Record, or a Leaf)."""
-        if self.owns(node):
-            self.push(node, g)
-        elif type(node) is ConstantInput:
-            return  # a constant's leaf (rm.jvp's): no gradient asked outside its call
-        elif type(node) is StandIn:
-            raise EscapeError(
-                f"backward reached an input (shape {node.shape}) that remat made for a loop "
-                "step, a checkpointed function or rm.grad, from outside it: a step's (or "
-                "function's) input was kept and used elsewhere. Return it as part of the state "
-                "instead, or .detach() it if you only need its value."
+    def _input_name(self, node, number):
+        """How a record's input is named in describe() and to_dot()."""
+        if node is None:
+            return "constant"
+        if type(node).__name__ == "StandIn":
+            return f"input {shape_text(node.shape)}"
+        if isinstance(node, Leaf):
+            name = getattr(node.tensor(), "_name", None)  # rm.tensor(..., name=)
+            return (
+                f"{name}: leaf {shape_text(node.shape)}"
+                if name
+                else f"leaf {shape_text(node.shape)}"
             )
-        elif isinstance(node, Record):
-            raise EscapeError(
-                f"backward reached `{node.op.name}` (output shape {node.shape}), which was "
-                "recorded inside a step of a checkpointed loop (or a checkpointed function), from "
-                "outside it: a value computed inside was kept and used elsewhere. Return it (as "
-                "part of the state, or as a scan's y) instead, or .detach() it if you only need "
-                "its value."
-            )
-        else:
-            entry = self.leaf_grads.get(id(node))
-            if entry is None:
-                self.leaf_grads[id(node)] = [node, g, False]
-            elif entry[2]:  # a sum this sweep made: add in place, no new array
-                entry[1] += g
-            else:
-                entry[1] = entry[1] + g
-                entry[2] = not self.create_graph
-
-    def run(self):
-        """Reverse every record reached; on an error, leave no cotangent behind."""
-        try:
-            self._run()
-        except BaseException:
-            for _, record in self.heap:
-                record.ct = None
-            self.heap.clear()
-            raise
-
-    def _run(self):
-        heap, ns, push, pop = self.heap, self.ns, heapq.heappush, heapq.heappop
-        graph, retain, floor = self.create_graph, self.retain_graph, self.floor
-        own, oldest, verified = self.RECORD, guard.OLDEST, {}
-        # One waiting record is kept out of the heap, in `held`, so that in a chain
-        # of ops the heap stays empty (bench_core's chain); each turn takes the
-        # latest of `held` and the heap's top, as the heap alone would.
-        held = None
-        try:
-            while heap or held is not None:
-                if held is None:
-                    record = pop(heap)[1]
-                elif heap and heap[0][0] < -held.seq:  # a later record waits in the heap
-                    record = heapq.heapreplace(heap, (-held.seq, held))[1]
-                    held = None
-                else:
-                    record, held = held, None
-                g = record.ct
-                record.ct = None
-                parents = record.parents
-                if parents is None:
-                    raise _freed_error(record)
-                if record.checks is not None or record.seq < oldest[0]:
-                    record.check_saved(verified)  # something it saved was handed out: intact?
-                op = record.op
-                if op.custom_backward is not None:
-                    op.custom_backward(record, g, self)
-                    continue
-                if graph:
-                    args, ans = _as_tensors(record)
-                else:
-                    args, ans = record.args, record.ans
-                kw = record.kwargs
-                vjps = op.vjps
-                i = -1
-                for node in parents:
-                    i += 1
-                    if node is None:
-                        continue
-                    gi = vjps[i](ns, g, ans, *args, **kw) if kw else vjps[i](ns, g, ans, *args)
-                    if gi.shape != node.shape:
-                        gi = unbroadcast(ns, gi, node.shape)
-                    if type(node) is own and node.seq >= floor:  # self.add, inlined
-                        ct = node.ct
-                        if ct is None:
-                            node.ct = gi
-                            if held is None:
-                                held = node
-                            else:
-                                push(heap, (-node.seq, node))
-                        else:
-                            node.ct = ct + gi
-                    else:
-                        self.add(node, gi)
-                g = gi = None  # let this cotangent go before the next record is reversed
-                if not retain:
-                    record.parents = record.args = record.ans = None
-        except BaseException:
-            if held is not None:  # run() clears the heap's
-                held.ct = None
-            raise
-
-
-def _as_tensors(record):
-    """The record's saved values as Tensors linked to their nodes (for create_graph)."""
-    from .tensor import Tensor
-
-    args = tuple(
-        a if node is None or a is None else Tensor._from_record(a, node)
-        for a, node in zip(record.args, record.parents)
-    )
-    ans = None if record.ans is None else Tensor._from_record(record.ans, record)
-    return args, ans
+        k = number.get(id(node))
+        return f"#{k}" if k is not None else f"outside: {node.op.name} {shape_text(node.shape)}"
 
 
 class TargetSweep(Sweep):
@@ -823,10 +406,7 @@ def backward_to(root, seed, targets, floor, create_graph=False):
 
     Only records made at or after ``floor`` are reversed (see TargetSweep).
     """
-    if create_graph:
-        from .ops import TENSOR_NAMESPACE as ns
-    else:
-        ns = backend.ARRAY_NAMESPACE
+    ns = tensor_namespace() if create_graph else backend.ARRAY_NAMESPACE
     sweep = TargetSweep(ns, targets, floor, create_graph=create_graph)
     if root.node:
         sweep.add(root.node, seed)
@@ -834,16 +414,3 @@ def backward_to(root, seed, targets, floor, create_graph=False):
         check_step_value("rm.grad", root.node)
     sweep.run()
     return sweep.results
-
-
-def backward(roots, cotangents, retain_graph=False):
-    """Run a reverse sweep from ``roots`` seeded with ``cotangents``.
-
-    Returns ``leaf_grads``: id(leaf) -> [leaf, gradient, owned] for every leaf reached.
-    """
-    sweep = Sweep(backend.ARRAY_NAMESPACE, retain_graph=retain_graph)
-    for root, ct in zip(roots, cotangents):
-        if root.node:
-            sweep.add(root.node, ct)
-    sweep.run()
-    return sweep.leaf_grads

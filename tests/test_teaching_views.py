@@ -135,7 +135,7 @@ def test_to_dot_draws_an_input_used_twice_as_two_edges():
 
 
 def test_to_dot_escapes_quotes_and_backslashes():
-    from remat.tape import _dot_label
+    from remat.engine.views import _dot_label
 
     assert _dot_label(['say "hi"', "a\\b"]) == '"say \\"hi\\"\\na\\\\b"'
 

@@ -7,7 +7,8 @@ the tests check each entry's gradient against finite differences.
 from types import SimpleNamespace
 
 from .. import backend
-from .core import OPS, ShapeError, Tensor, as_tensor
+from ..core.tape import use_tensor_namespace
+from .core import OPS, ShapeError, Tensor, as_tensor, stack
 from .elementwise import (
     abs,
     add,
@@ -37,7 +38,6 @@ from .shape import (
     concatenate,
     identity,
     reshape,
-    stack,
     swapaxes,
     to_device,
     transpose,
@@ -70,6 +70,7 @@ TENSOR_NAMESPACE = SimpleNamespace(
     scatter_add=scatter_add,
     to_device=to_device,
     astype=astype,
+    on_tape=Tensor._from_record,  # a saved array as a Tensor on its node (remat.tape)
 )
 
 
@@ -90,7 +91,8 @@ def _transposed(x: Tensor) -> Tensor:
 
 
 def attach_methods(Tensor):
-    """Give Tensor its operators and methods (called once, by remat.tensor)."""
+    """Give Tensor its operators and methods (called once, below, as remat.ops is
+    imported: the ops sit above the Tensor, which imports none of them)."""
     Tensor.__add__ = Tensor.__radd__ = add
     Tensor.__sub__ = subtract
     Tensor.__rsub__ = lambda self, other: subtract(other, self)
@@ -129,8 +131,12 @@ def attach_methods(Tensor):
     Tensor.argmin = argmin
 
 
+attach_methods(Tensor)
+use_tensor_namespace(TENSOR_NAMESPACE)
+
 __all__ = sorted(
     name
     for name in dir()
-    if not name.startswith("_") and name not in ("SimpleNamespace", "Tensor", "backend")
+    if not name.startswith("_")
+    and name not in ("SimpleNamespace", "Tensor", "backend", "use_tensor_namespace")
 )

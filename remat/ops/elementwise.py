@@ -1,7 +1,7 @@
 """Elementwise primitives, each with its VJP beside it.
 
 Broadcasting needs no care here: the tape sums a cotangent back to its
-input's shape (remat.tape.unbroadcast).
+input's shape (remat.core.tape.unbroadcast).
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ cotangents (an unbuffered scatter-add), so repeated indices accumulate.
 """
 
 from .. import backend
-from ..selective import OPEN, evaluate
-from ..tape import GRAD_ENABLED, STEP, Record, check_step_value
-from .core import Tensor, _output, apply, as_tensor, defop
+from ..engine.fast import basic_getitem
+from .core import Tensor, apply, as_tensor, defop
 
 _BASIC = (int, slice, type(None), type(Ellipsis))
 
@@ -49,32 +48,13 @@ GETITEM = defop(
 def getitem(x, index):
     """``x[index]`` with NumPy's basic and advanced indexing."""
     if type(x) is Tensor and is_basic(index):
-        return _basic_getitem(x, index)
+        return basic_getitem(GETITEM, x, index)
     x = as_tensor(x)
     index = _normalize_index(index)
     try:
         return apply(GETITEM, (x,), {"index": index}, {"index": index, "shape": x.shape})
     except IndexError as error:  # still an IndexError: iteration over a Tensor stops on it
         raise IndexError(f"getitem: {error} (tensor of shape {x.shape})") from None
-
-
-def _basic_getitem(x, index):
-    """getitem for a basic index: what ``apply`` does for it, without the general
-    path's work on operands and indices (bench_overheads' heat-equation row)."""
-    data = x._data
-    try:
-        out = evaluate(GETITEM, (data,), {"index": index}) if OPEN else data[index]
-    except IndexError as error:
-        raise IndexError(f"getitem: {error} (tensor of shape {x.shape})") from None
-    if type(out) is not backend.ndarray:
-        out = _output(out)  # a NumPy scalar, from integers only
-    node = x.node
-    if node and GRAD_ENABLED.get():
-        kw = {"index": index, "shape": data.shape}
-        return Tensor._from_record(out, Record(GETITEM, (node,), (None,), None, kw, out.shape))
-    if node is not None and not node and GRAD_ENABLED.get():
-        check_step_value(GETITEM.name, node)
-    return Tensor._from_record(out, STEP.get())
 
 
 def _scatter_add(values, shape, index):

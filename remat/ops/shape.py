@@ -1,4 +1,5 @@
-"""Shape primitives: reshape, transpose, swapaxes, broadcast_to, concatenate, stack.
+"""Shape primitives: reshape, transpose, swapaxes, broadcast_to, concatenate (and stack,
+defined in :mod:`remat.ops.core`, whose ``as_tensor`` stacks lists of Tensors).
 
 They move values without changing them, so each VJP moves the cotangent back.
 """
@@ -114,7 +115,7 @@ def _broadcast_to(x, shape):
     return xp.broadcast_to(x, shape)
 
 
-# The tape sums the cotangent back to the input's shape (tape.unbroadcast).
+# The tape sums the cotangent back to the input's shape (remat.core.tape.unbroadcast).
 BROADCAST_TO = defop(
     "broadcast_to",
     _broadcast_to,
@@ -178,38 +179,6 @@ def concatenate(tensors: Sequence[TensorLike], axis: int = 0) -> Tensor:
     for t in parts:
         offsets.append(offsets[-1] + (t.shape[axis] if t.ndim > axis else 0))
     return apply(CONCATENATE, parts, {"axis": axis}, {"axis": axis, "offsets": tuple(offsets)})
-
-
-def _stack(*arrays, axis):
-    return xp.stack(arrays, axis=axis)
-
-
-STACK = defop(
-    "stack",
-    _stack,
-    Variadic(lambda i, ns, g, ans, *xs, axis: g[(slice(None),) * axis + (i,)]),
-    needs=lambda n: ("",) * n,
-    jvps=Variadic(
-        lambda i, ns, t, ans, *xs, axis: ns.scatter_add(
-            t.shape[:axis] + (len(xs),) + t.shape[axis:], (slice(None),) * axis + (i,), t
-        )
-    ),
-)
-
-
-def stack(tensors: Sequence[TensorLike], axis: int = 0) -> Tensor:
-    """Join tensors along a new axis.
-
-    >>> import remat as rm
-    >>> rm.stack([rm.zeros(2), rm.ones(2)], axis=1)
-    tensor([[0., 1.],
-           [0., 1.]])
-    """
-    parts = [as_tensor(t) for t in tensors]
-    if not parts:
-        raise ValueError("stack: needs at least one tensor")
-    axis = check_axis("stack", axis, parts[0].ndim + 1)
-    return apply(STACK, parts, {"axis": axis})
 
 
 def _to_device(x, device):

@@ -1,0 +1,236 @@
+"""How a primitive is declared, and the one generic way every op is applied.
+
+A primitive is a forward function on raw arrays plus one VJP rule per input::
+
+    sin = defop("sin", xp.sin, lambda ns, g, ans, x: g * ns.cos(x), needs=("0",),
+                jvps=SELF_ADJOINT)
+
+A VJP rule receives the namespace ``ns`` (see :mod:`remat.core.tape`), the
+output cotangent ``g``, the output ``ans`` and the op's arguments, and returns
+the cotangent of its input.  ``needs`` says, per input, which saved values its
+rule reads: ``"0"``, ``"1"``... for arguments, ``"a"`` for the output (an op
+with any number of inputs gives a function of the count instead).  The record
+keeps exactly those, for the inputs that need a gradient, so an op never holds
+on to an array its backward will not read.  ``jvps`` are the tangent rules of
+forward mode, one per input (``SELF_ADJOINT`` where the Jacobian is diagonal
+or symmetric, so that the VJP rule serves).
+
+:func:`apply` runs the forward and, if an input needs a gradient, leaves a
+Record.  Saving an array costs nothing more: remat never writes into an array
+it made, so only memory handed out to the user can change, and those saves are
+fingerprinted (:mod:`remat.guard`).
+
+Hooks (where the engine enters; empty, each costs one test per op)
+--------------------------------------------------------------------
+* :data:`WATCHING` -- while not empty, forwards run through :data:`evaluate`
+  (``remat.selective``'s frames count, keep and reuse outputs), and the
+  engine's fast paths hand every op to this function (``remat.engine.generic_only``).
+* :data:`EAGER` -- while not empty, an operand may be a Dual of an eager
+  ``rm.jvp``, and :data:`dual_apply` computes value and tangent at once (``remat.dual``).
+* a falsy node that is not None is the engine's marker of a loop step's value:
+  ``node.used_in(op_name)`` refuses it outside its step.
+* an output that needs no gradient gets ``STEP.get()`` as its node (None outside steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import product
+from typing import TYPE_CHECKING, Any
+
+from .. import backend
+from ..guard import WATCHED, checks
+from .errors import check_axis, operand_error
+from .tape import GRAD_ENABLED, STEP, Record
+from .tensor import Tensor
+from .values import holds_tensors
+
+if TYPE_CHECKING:
+    from ..typing import TensorLike
+
+xp = backend.xp
+
+OPS: dict[str, Op] = {}
+"""name -> Op: every differentiable primitive, in one table (the tests are made from it)."""
+
+WATCHING: list[Any] = []
+"""Hook: what watches op evaluations now, in any thread (remat.selective's frames)."""
+EAGER: list[Any] = []
+"""Hook: the traces of the ``rm.jvp`` calls running eagerly now (remat.dual)."""
+evaluate: Callable[..., Any] = None  # type: ignore[assignment]  # remat.selective's
+dual_apply: Callable[..., Any] = None  # type: ignore[assignment]  # remat.dual's
+
+
+class Op:
+    """A primitive: its name, forward, VJP rules and what the rules read."""
+
+    __slots__ = (
+        "name",
+        "forward",
+        "vjps",
+        "jvps",
+        "needs",
+        "keep",
+        "custom_backward",  # a loop's record reverses itself
+        "custom_tangent",
+    )
+
+    def __init__(
+        self, name, forward, vjps, needs, custom_backward=None, jvps=None, custom_tangent=None
+    ):
+        self.name = name
+        self.custom_tangent = custom_tangent  # forward mode for a multi-output record
+        self.forward = forward
+        self.vjps = vjps
+        self.jvps = vjps if jvps is SELF_ADJOINT else jvps
+        self.needs = needs
+        self.custom_backward = custom_backward
+        # keep[mask] = (which args to save, whether to save the output), for
+        # each mask of inputs needing a gradient (precomputed for fixed arity).
+        self.keep = {}
+        if isinstance(needs, tuple):
+            for mask in product((False, True), repeat=len(needs)):
+                self.keep[mask] = keep_for(needs, mask, len(needs))
+
+    def __repr__(self):
+        return f"<op {self.name}>"
+
+
+def keep_for(needs, mask, nargs):
+    """(which args to save, whether to save the output) for the inputs in ``mask``."""
+    wanted = set()
+    for need, wanted_grad in zip(needs, mask):
+        if wanted_grad:
+            wanted.update(str(token) for token in need)
+    return tuple(str(i) in wanted for i in range(nargs)), "a" in wanted
+
+
+SELF_ADJOINT = "self-adjoint"
+"""``jvps=SELF_ADJOINT``: the op's Jacobian is diagonal (elementwise ops) or
+symmetric (softmax), so each VJP rule, applied to a tangent instead of a
+cotangent, is also its tangent rule."""
+
+
+def defop(name, forward, *vjps, needs, jvps):
+    """Declare a primitive and add it to :data:`OPS`.
+
+    ``jvps`` are its tangent rules, one per input, beside the VJP rules:
+    ``jvp(ns, t, ans, *args, **kw)`` maps the tangent ``t`` of that input to
+    its part of the output's tangent, reading the same saved values as the
+    input's VJP rule (they apply the same Jacobian, the other way round).
+    """
+    vjps = vjps[0] if isinstance(vjps[0], Variadic) else vjps
+    op = Op(name, forward, vjps, needs, jvps=jvps)
+    OPS[name] = op
+    return op
+
+
+class Variadic:
+    """VJP rules for an op with any number of inputs: rule(i, ns, g, ans, *args)."""
+
+    __slots__ = ("rule",)
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def __getitem__(self, i):
+        rule = self.rule
+        return lambda ns, g, ans, *args, **kw: rule(i, ns, g, ans, *args, **kw)
+
+
+def output(out):
+    """An op's output as an array: NumPy returns scalars from full reductions."""
+    return out if backend.is_array(out) else xp.asarray(out)
+
+
+def apply(op, inputs, forward_kw=None, vjp_kw=None):
+    """Apply any primitive: ``inputs`` are Tensors or constants.
+
+    ``forward_kw`` goes to the forward function; ``vjp_kw`` (default: the
+    same) is stored for the VJP rules, which may need more (an input shape).
+    """
+    tensors = [
+        as_tensor(v) if backend.is_array(v) or isinstance(v, (list, tuple)) else v for v in inputs
+    ]
+    if EAGER:  # an rm.jvp runs eagerly somewhere: a Dual among the operands?
+        for t in tensors:
+            if type(t) is not Tensor and isinstance(t, Tensor):  # a Dual (Tensor's subclass)
+                out = dual_apply(op, tensors, forward_kw, vjp_kw)
+                if out is not None:
+                    return out
+                break
+    datas = [t._data if isinstance(t, Tensor) else t for t in tensors]
+    try:
+        if WATCHING:
+            out = evaluate(op, datas, forward_kw)
+        else:
+            out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
+    except (ValueError, TypeError) as error:
+        raise operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
+    out = output(out)
+    nodes = tuple(t.node if isinstance(t, Tensor) else None for t in tensors)
+    if not GRAD_ENABLED.get():
+        return Tensor._from_record(out, STEP.get())
+    for node in nodes:
+        if node is not None and not node:  # a loop step's value: only inside its step
+            node.used_in(op.name)
+    if not any(nodes):
+        return Tensor._from_record(out, STEP.get())
+    nodes = tuple(node or None for node in nodes)
+    mask = tuple(n is not None for n in nodes)
+    keep = op.keep.get(mask)
+    if keep is None:  # a variadic op: needs(n) gives the tokens for n inputs
+        keep = keep_for(op.needs(len(nodes)), mask, len(nodes))
+        if len(mask) <= 8:  # kept for few inputs (a heat step's concatenate: bench_overheads)
+            op.keep[mask] = keep
+    keep_args, keep_ans = keep
+    saved = tuple(d if k else None for d, k in zip(datas, keep_args))
+    kw = vjp_kw if vjp_kw is not None else forward_kw
+    record = Record(op, nodes, saved, out if keep_ans else None, kw, out.shape)
+    if WATCHED:  # something was handed out: fingerprint what of it this record saved
+        record.checks = checks(record.args)
+    return Tensor._from_record(out, record)
+
+
+def as_tensor(value: TensorLike) -> Tensor:
+    """A Tensor for any operand: Tensors pass through, arrays and lists are copied,
+    and a (nested) list holding Tensors is stacked, so that their gradients flow."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (list, tuple)) and holds_tensors(value):
+        return stack([as_tensor(v) for v in value])
+    return Tensor._wrap(backend.asarray(value))
+
+
+# stack is here, with as_tensor (which stacks a list of Tensors), not among the
+# shape ops of remat.ops.shape.
+def _stack(*arrays, axis):
+    return xp.stack(arrays, axis=axis)
+
+
+STACK = defop(
+    "stack",
+    _stack,
+    Variadic(lambda i, ns, g, ans, *xs, axis: g[(slice(None),) * axis + (i,)]),
+    needs=lambda n: ("",) * n,
+    jvps=Variadic(
+        lambda i, ns, t, ans, *xs, axis: ns.scatter_add(
+            t.shape[:axis] + (len(xs),) + t.shape[axis:], (slice(None),) * axis + (i,), t
+        )
+    ),
+)
+
+
+def stack(tensors: Sequence[TensorLike], axis: int = 0) -> Tensor:
+    """Join tensors along a new axis.
+
+    >>> import remat as rm
+    >>> rm.stack([rm.zeros(2), rm.ones(2)], axis=1)
+    tensor([[0., 1.],
+           [0., 1.]])
+    """
+    parts = [as_tensor(t) for t in tensors]
+    if not parts:
+        raise ValueError("stack: needs at least one tensor")
+    axis = check_axis("stack", axis, parts[0].ndim + 1)
+    return apply(STACK, parts, {"axis": axis})
