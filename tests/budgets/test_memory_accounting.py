@@ -16,18 +16,10 @@ import pytest
 
 import remat as rm
 from remat import memory
-
-from .tracing import buffer_bytes, traced
+from tests.helpers import buffer_bytes, traced
 
 KiB = 1024
 RNG = np.random.default_rng(24)
-
-
-@pytest.fixture(autouse=True)
-def fresh_plans():
-    memory.clear_plans()
-    yield
-    memory.clear_plans()
 
 
 def transients(step, x0, params, steps):

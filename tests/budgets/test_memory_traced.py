@@ -13,7 +13,7 @@ where X (:func:`transients`, the README's memory model) is what the budget does 
 count: the step being evaluated or reversed, the cotangents, the parameters'
 gradients and Python's objects.  The gradients are store-all's bit for bit, whatever the plan.
 
-The step programs are test_dual's random compositions of the op table (reused, not
+The step programs are the random compositions of tests/strategies.py (shared, not
 rewritten) inside a frame that adds what a memory count can miss: views of larger
 buffers (slices, reshape, transpose, a row of a broadcast product), gathers with an
 integer index table as large as the state, concatenation, ``+=`` updates, an
@@ -29,10 +29,8 @@ from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import remat as rm
-from remat import memory
-
-from .test_dual import programs, run_program
-from .tracing import buffer_bytes, traced
+from tests.helpers import buffer_bytes, traced
+from tests.strategies import programs, run_program
 
 KiB = 1024
 
@@ -63,13 +61,6 @@ def leaves(state):
     if isinstance(state, dict):
         return [state[k] for k in sorted(state)]
     return list(state) if isinstance(state, tuple) else [state]
-
-
-@pytest.fixture(autouse=True)
-def fresh_plans():
-    memory.clear_plans()
-    yield
-    memory.clear_plans()
 
 
 class Loop:

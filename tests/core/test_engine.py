@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import remat as rm
+from tests.strategies import program_loss, programs
 
 
 def test_backward_fills_leaf_gradients():
@@ -213,52 +214,6 @@ def test_backward_needs_a_scalar_or_a_gradient():
         rm.tensor(np.ones(1)).backward()
 
 
-UNARY = [
-    rm.sin,
-    rm.cos,
-    rm.tanh,
-    rm.exp,
-    rm.sigmoid,
-    lambda t: t * t,
-    lambda t: -t,
-    lambda t: rm.log(t * t + 1.0),
-    lambda t: rm.sqrt(t * t + 1.0),
-    rm.softmax,
-]
-BINARY = [
-    rm.add,
-    rm.subtract,
-    rm.multiply,
-    lambda a, b: a / (b * b + 1.0),
-    lambda a, b: a @ b.T,
-    lambda a, b: rm.concatenate([a, b], axis=0)[::2],
-]
-
-
-@st.composite
-def programs(draw):
-    return draw(
-        st.lists(
-            st.tuples(st.booleans(), st.integers(0, 100), st.integers(0, 100)),
-            min_size=1,
-            max_size=12,
-        )
-    )
-
-
-def run_program(program, x, y):
-    """A random composition of UNARY and BINARY ops on (3, 3) values, to a scalar."""
-    values = [x, y]
-    for binary, i, j in program:
-        a = values[i % len(values)]
-        if binary:
-            out = BINARY[j % len(BINARY)](a, values[(i + j) % len(values)])
-        else:
-            out = UNARY[j % len(UNARY)](a)
-        values.append(out if out.shape == (3, 3) else out.reshape(3, 3))
-    return (values[-1] * values[-1]).sum() + values[-1].sum()
-
-
 @settings(max_examples=40, deadline=None)
 @given(programs(), st.integers(0, 2**31))
 def test_random_compositions_match_finite_differences(program, seed):
@@ -266,9 +221,9 @@ def test_random_compositions_match_finite_differences(program, seed):
     x0, y0 = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((3, 3)) * 0.5
     # Central differences lose |f| * 2.2e-16 / eps to rounding (eps = 1e-6): a program
     # like exp(exp(exp(x))) makes f ~ 1e10, an absolute error of ~1e-3 in every element.
-    scale = abs(float(run_program(program, rm.tensor(x0), rm.tensor(y0)).data))
+    scale = abs(float(program_loss(program, rm.tensor(x0), rm.tensor(y0)).data))
     atol = 1e-4 + scale * 1e-9
-    assert rm.gradcheck(lambda x, y: run_program(program, x, y), x0, y0, atol=atol, rtol=1e-3)
+    assert rm.gradcheck(lambda x, y: program_loss(program, x, y), x0, y0, atol=atol, rtol=1e-3)
 
 
 def test_grad_with_respect_to_a_value_made_by_an_op():

@@ -17,9 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import remat as rm
-
-from .test_engine import programs, run_program
-from .test_ops import CASES, weighted
+from tests.ops.cases import CASES, weighted
+from tests.strategies import program_loss, programs
 
 rng = np.random.default_rng(0)
 
@@ -861,9 +860,9 @@ def test_no_failing_transform_leaves_a_reference_cycle(case):
 def test_random_programs_give_the_same_gradients_under_grad_and_backward(program, seed):
     r = np.random.default_rng(seed)
     x0, y0 = r.standard_normal((3, 3)) * 0.5, r.standard_normal((3, 3)) * 0.5
-    gx, gy = rm.grad(lambda x, y: run_program(program, x, y), argnums=(0, 1))(x0, y0)
+    gx, gy = rm.grad(lambda x, y: program_loss(program, x, y), argnums=(0, 1))(x0, y0)
     x, y = rm.tensor(x0, requires_grad=True), rm.tensor(y0, requires_grad=True)
-    run_program(program, x, y).backward()
+    program_loss(program, x, y).backward()
     for g, leaf in ((gx, x), (gy, y)):
         assert np.array_equal(g, leaf.grad if leaf.grad is not None else np.zeros((3, 3)))
 
@@ -878,7 +877,7 @@ def test_random_steps_give_store_alls_gradients_under_every_schedule_in_threads(
         w, h0 = rm.tensor(w0, requires_grad=True), rm.tensor(h00, requires_grad=True)
 
         def step(h):
-            return h + 0.1 * rm.tanh(run_program(program, h, w)) * h
+            return h + 0.1 * rm.tanh(program_loss(program, h, w)) * h
 
         h = tape.loop(step, h0 * 1.0, steps=n)
         (h * h).sum().backward()

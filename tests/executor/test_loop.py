@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import remat as rm
 from remat import schedules
+from tests.helpers import tape_for
 
 WIDTH = 6
 
@@ -37,14 +38,6 @@ def loop_gradients(tape, steps, seed=0, step_maker=residual_step):
 
 
 SCHEDULES = ["store_all", "sqrt", "periodic", "revolve"]
-
-
-def tape_for(name, s):
-    if name == "store_all":
-        return rm.Tape()
-    if name == "sqrt":
-        return rm.Tape(schedule="sqrt")
-    return rm.Tape(snapshots=s, schedule=name)
 
 
 @settings(max_examples=40, deadline=None)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import remat as rm
 from remat.dual import EAGER, Dual
 from remat.pytree import flatten as _flatten
+from tests.strategies import programs, run_program
 
 rng = np.random.default_rng(0)
 X0, V0 = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
@@ -197,26 +198,6 @@ def test_duals_used_in_another_thread_carry_their_tangents():
 
     tangent = rm.jvp(f, (X0,), (V0,))[1]
     np.testing.assert_allclose(tangent, 2 * np.cos(X0) * V0 + V0, rtol=1e-12)
-
-
-UNARY = [rm.sin, rm.cos, rm.tanh, rm.exp, rm.sigmoid, lambda x: x * x, lambda x: -x]
-BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b, lambda a, b: a @ b.T]
-
-
-def programs(max_size):
-    """Random programs: each instruction (unary?, which op, which earlier value)."""
-    instruction = st.tuples(st.booleans(), st.integers(0, len(BINARY) - 1), st.integers(0, 7))
-    return st.lists(instruction, min_size=1, max_size=max_size)
-
-
-def run_program(program, values):
-    """``values`` with the result of each instruction appended, one after another."""
-    values = list(values)
-    for is_unary, k, j in program:
-        a = values[j % len(values)]
-        b = values[(j + 1) % len(values)]
-        values.append(UNARY[k % len(UNARY)](a) if is_unary else BINARY[k](a, b) * 0.5)
-    return values
 
 
 @settings(max_examples=40, deadline=None)

@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 import remat as rm
 from remat import schedules
-
-from .test_loop import tape_for
+from tests.helpers import tape_for
 
 rng = np.random.default_rng(14)
 WIDTH = 4

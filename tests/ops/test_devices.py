@@ -10,8 +10,7 @@ import pytest
 
 import remat as rm
 from remat import backend
-
-from .test_ops import CASES, weighted
+from tests.ops.cases import CASES, weighted
 
 CUDA_REASON = rm.backend.cuda_problem() or ""
 DEVICES = [

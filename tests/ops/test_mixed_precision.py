@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 import remat as rm
-
-from .test_ops import CASES, weighted
+from tests.ops.cases import CASES, weighted
 
 MULTI = sorted(name for name, (_, inputs) in CASES.items() if len(inputs) >= 2)
 DTYPES = (np.float32, np.float64)

@@ -300,3 +300,43 @@ def test_working_in_place_never_writes_into_inputs_or_cotangents(f):
     cotangent = g.copy()
     f(rm.tensor(data, requires_grad=True)).backward(cotangent)
     assert np.array_equal(cotangent, g)
+
+
+# --- integer and 0-d inputs to the in-place kernels ------------------------------------------
+
+
+# rm.gelu and rm.softmax on an integer tensor: both raised "TypeError: Cannot cast ufunc 'exp'
+# output from dtype('float64') to dtype('int64')" since their kernels were made to work in
+# place (884df64); rm.tanh, rm.sigmoid and rm.layer_norm give float64 there, as NumPy does.
+# Should: float64 results, the same as the formula out of place. Severity: false error.
+# Fixed (remat/ops/nn.py: _scratch).
+@pytest.mark.parametrize("op", [rm.gelu, rm.softmax])
+def test_in_place_nn_kernels_take_integer_inputs(op):
+    got = op(rm.tensor(np.arange(3)))
+    want = op(rm.tensor(np.arange(3.0)))
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+# rm.gelu on a 0-d tensor (a scalar loss term), and its gradient: "TypeError: gelu: return
+# arrays must be of ArrayType" (NumPy's x * x on a 0-d array is a scalar, which takes no
+# out=). Same for rm.layer_norm(x, axis=()) on a 0-d x. Should: the value and gradient of
+# the 1-element case. Severity: false error. Fixed (remat/ops/nn.py: _scratch).
+def test_gelu_on_a_0d_tensor_and_its_gradient():
+    x = np.array(0.7)
+    np.testing.assert_array_equal(
+        rm.gelu(rm.tensor(x)).numpy(), rm.gelu(rm.tensor([0.7])).numpy()[0]
+    )
+    g0 = rm.grad(lambda t: rm.gelu(t))(x)
+    g1 = rm.grad(lambda t: rm.gelu(t).sum())(np.array([0.7]))
+    assert np.ndim(g0) == 0
+    assert g0 == g1[0]
+    assert rm.hvp(lambda t: rm.gelu(t), (x,), (np.array(1.0),))[0] == pytest.approx(
+        (g1[0] - rm.grad(lambda t: rm.gelu(t).sum())(np.array([0.7 - 1e-6]))[0]) / 1e-6, rel=1e-4
+    )
+
+
+def test_layer_norm_over_no_axes_of_a_0d_tensor():
+    y = rm.layer_norm(rm.tensor(1.5), axis=())
+    assert y.shape == () and y.item() == 0.0  # x - mean(x) over no axes: 0
+    assert rm.grad(lambda t: rm.layer_norm(t, axis=()))(np.array(1.5)) == 0.0

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from remat.planning import SegmentClasses, SplitTable, table_rows
 from remat.schedules import ChainCosts, Optimal, block_starts, minimum_bytes, optimal, simulate
-
-from .test_schedules_optimal import search
+from tests.schedules.oracles import search
 
 
 def kinds_chain(rng, n, kinds, periodic):

@@ -582,3 +582,21 @@ def test_a_long_budget_curve_warns_first(monkeypatch, capsys):
     err = capsys.readouterr().err.splitlines()
     assert "step evaluations to make (6 budget and schedule cells, 2 runs each)" in err[0]
     assert err[1].startswith("remat: runs 1/12")
+
+
+# --- every option documented -----------------------------------------------------------------
+
+
+def test_every_cli_option_says_its_default_or_that_it_is_required():
+    import argparse
+
+    from remat.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in commands.choices.items():
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            text = command._get_formatter()._expand_help(action) if action.help else ""
+            assert "default" in text or "required" in text, (name, action.option_strings, text)

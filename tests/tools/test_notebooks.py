@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "notebooks"
 if not (FOLDER / "run.py").is_file():  # e.g. tests run from an unpacked sdist
     pytest.skip("notebooks/ is not here", allow_module_level=True)

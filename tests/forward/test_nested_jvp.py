@@ -1,11 +1,13 @@
-"""Review of the differentiable rm.jvp (d243f5c): one test per finding.
+"""The differentiable rm.jvp: a jvp nested in rm.grad or another rm.jvp.
 
 rm.jvp inside rm.grad or another rm.jvp, or on primals or tangents that require
 grad, records f and sweeps its tangents with the rules applied to Tensors
 (``_differentiable_jvp``), so that the results are Tensors the outer call
 differentiates.  The invariant attacked: no silent wrong derivative.  Every
 result equals central differences in float64 (and the other path where there
-is one), or the call raises a clear error.
+is one), or the call raises a clear error.  Each test guards a bug found in the
+review of d243f5c ("Finding N"), said in the comment at its top; "What held" marks
+a property checked where no bug was found.
 """
 
 import threading
@@ -17,9 +19,8 @@ from hypothesis import strategies as st
 
 import remat as rm
 from remat.tape import BackwardError
-
-from .test_dual import programs, run_program
-from .test_ops import CASES
+from tests.ops.cases import CASES
+from tests.strategies import programs, run_program
 
 rng = np.random.default_rng(23)
 X, V, U = (rng.standard_normal((3, 4)) * 0.5 for _ in range(3))

@@ -1,10 +1,26 @@
-"""Measuring memory in tests, apart from remat's own accounting: tracemalloc's peak of
-a call, and the bytes of the buffers arrays keep alive (NumPy's ``.base`` links)."""
+"""Helpers shared by test files in several folders (hypothesis strategies are in
+tests/strategies.py, fixtures in tests/conftest.py).
+
+* a tape by schedule name, as the loop and second-order tests sweep them;
+* measuring memory apart from remat's own accounting: tracemalloc's peak of a
+  call, and the bytes of the buffers arrays keep alive (NumPy's ``.base`` links).
+"""
 
 import gc
 import tracemalloc
 
 import numpy as np
+
+import remat as rm
+
+
+def tape_for(name, s):
+    """The tape of schedule ``name`` with ``s`` snapshots (store_all and sqrt take none)."""
+    if name == "store_all":
+        return rm.Tape()
+    if name == "sqrt":
+        return rm.Tape(schedule="sqrt")
+    return rm.Tape(snapshots=s, schedule=name)
 
 
 def traced(fn):

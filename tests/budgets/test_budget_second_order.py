@@ -1,7 +1,10 @@
-"""Review of pooled times and second order under ``rm.Tape(memory=)`` (fac27da..fb027e0).
+"""A byte budget's pooled step kinds, and second order under ``rm.Tape(memory=)``.
 
-Each test is a hole found in review: fixed (the test passes) or left as a strict
-xfail that says why.  No test here asserts anything about time.
+Steps of one kind share their measured costs (pooling): what must not be one kind.
+The run with tangents (rm.hvp through a budgeted chain) keeps to the budget and its
+slots, and says why when it cannot.  Each test guards a bug found in the review of
+fac27da..fb027e0, said in the comment at its top; the open ones are strict xfails
+that say why.  No test here asserts anything about time.
 """
 
 import numpy as np
@@ -17,13 +20,6 @@ B = rng.standard_normal(6) * 0.1
 H = rng.standard_normal((3, 6))
 PRIMALS = (W, B, H)
 DIRECTIONS = tuple(rng.standard_normal(p.shape) for p in PRIMALS)
-
-
-@pytest.fixture(autouse=True)
-def fresh_cache():
-    memory.clear_plans()
-    yield
-    memory.clear_plans()
 
 
 def hvp_of(steps_of, tapes, budget=None, **options):
@@ -72,6 +68,7 @@ def test_weights_on_two_devices_are_not_one_kind(monkeypatch):
     "0-d values by value would stop learnable scalar gates from pooling at all",
 )
 def test_a_zero_d_array_that_counts_repeats_is_not_one_kind_for_every_count():
+    # open: a 0-d array steering a step's control flow pools steps of different costs
     def layer(repeats):
         def step(h, repeats=repeats):
             for _ in range(int(repeats)):
@@ -182,6 +179,7 @@ def test_a_run_with_tangents_over_its_budget_says_why(steps_of):
     "the run with a LoopError; planning it needs those bytes measured",
 )
 def test_the_run_with_tangents_of_checkpointed_steps_stays_within_the_budget():
+    # open: the run with tangents of checkpointed steps holds more than its plan counts
     check_within_a_quarter(checkpointed_steps)
 
 

@@ -1,9 +1,9 @@
-"""Review of rm.jvp on dual numbers (4f1518c): one test per finding.
+"""rm.jvp on dual numbers, exact or refused: no silent wrong tangent.
 
-The invariant attacked: no silent wrong tangent.  Every rm.jvp / rm.hvp result
-equals, bit for bit, what the recorded path gives (forced by reading every
-input's node at the top of f), and matches central differences in float64;
-or the call raises a clear error.
+Each test guards a bug found in the review of 4f1518c ("Finding N"), said in the
+comment at its top.  Every rm.jvp / rm.hvp result equals, bit for bit, what
+the recorded path gives (forced by reading every input's node at the top of f),
+and matches central differences in float64; or the call raises a clear error.
 """
 
 import threading
@@ -369,6 +369,7 @@ PROGRAM_OPS = [
 ]
 
 
+# guards the class of findings 2, 3 and 7 to 12: a switch to recording that changes tangents
 @settings(max_examples=25, deadline=None)
 @given(
     st.lists(
