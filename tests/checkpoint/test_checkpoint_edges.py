@@ -72,7 +72,7 @@ def test_checkpoint_first_run_sees_grad_enabled():
 # rm.checkpoint(f), then w.data changed in place before backward (f closes over w): was no
 # error and a gradient from the new w (the sampled replay check missed the column); store-all
 # raises BackwardError ("changed in place").  Fixed: the recomputation checks what it reads
-# against the forward sweep's moment (executor.Forward; tests/test_recompute_guard.py).
+# against the forward sweep's moment (executor.Forward; checkpoint/test_recompute_guard.py).
 def test_checkpoint_closed_over_parameter_changed_in_place_before_backward():
     w = rm.tensor(rng.standard_normal((4, 1000)) * 0.1, requires_grad=True)
     x = rm.tensor(rng.standard_normal((2, 4)), requires_grad=True)

@@ -1,5 +1,5 @@
 """Forward mode: rm.jvp and rm.hvp (forward over reverse). Every op's tangent rule is
-checked against finite differences in tests/test_ops.py, generated from rm.OPS."""
+checked against finite differences in tests/ops/test_ops.py, generated from rm.OPS."""
 
 import numpy as np
 import pytest

@@ -2,7 +2,7 @@
 
 Each value is checked against the formula written out in NumPy, each
 gradient against central finite differences in float64 (gelu and layer_norm
-are also in tests/test_ops.py's table, with their tangent and second-order
+are also in tests/ops/test_ops.py's table, with their tangent and second-order
 rules), and each bad argument against its error message.
 """
 
