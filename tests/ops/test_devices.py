@@ -10,7 +10,8 @@ import pytest
 
 import remat as rm
 from remat import backend
-from tests.ops.cases import CASES, weighted
+
+from .cases import CASES, weighted
 
 CUDA_REASON = rm.backend.cuda_problem() or ""
 DEVICES = [

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import remat as rm
-from tests.ops.cases import CASES, weighted
+
+from .cases import CASES, weighted
 
 MULTI = sorted(name for name, (_, inputs) in CASES.items() if len(inputs) >= 2)
 DTYPES = (np.float32, np.float64)

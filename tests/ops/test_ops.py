@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import remat as rm
-from tests.ops.cases import CASES, MASK, pos, r, weighted
+
+from .cases import CASES, MASK, pos, r, weighted
 
 
 def test_every_op_has_a_case():

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from remat.planning import SegmentClasses, SplitTable, table_rows
 from remat.schedules import ChainCosts, Optimal, block_starts, minimum_bytes, optimal, simulate
-from tests.schedules.oracles import search
+
+from .oracles import search
 
 
 def kinds_chain(rng, n, kinds, periodic):

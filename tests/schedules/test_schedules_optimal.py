@@ -38,7 +38,8 @@ from remat.schedules import (
     optimal_forward_steps,
     simulate,
 )
-from tests.schedules.oracles import search
+
+from .oracles import search
 
 # --- independent references ------------------------------------------------------
 
