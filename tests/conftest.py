@@ -72,6 +72,38 @@ SLOW = {
     "[30011-10]": "[5000-10]",
     "schedules/test_schedules_online.py::test_cost_model_matches_simulate_at_sample_points"
     "[20011-30]": "[4099-4]",
+    "tools/test_cli.py::test_the_budget_curve_starts_where_it_is_worth_plotting": (
+        "test_compare_memory_draws_the_budget_curve_within_every_budget"
+    ),
+    "tools/test_cli.py::test_compare_transformer_runs_every_mode_bit_identically": (
+        "test_compare_transformer_fails_when_a_gradient_differs, tools/test_transformer.py"
+    ),
+    "tools/test_cli.py::test_a_short_comparison_says_nothing_on_stderr": (
+        "test_a_long_comparison_warns_first_and_shows_progress"
+    ),
+    "budgets/test_memory_traced.py::"
+    "test_the_replay_check_holds_memory_flat_in_the_number_of_steps": (
+        "executor/test_replay.py::test_memory_is_flat_in_the_number_of_steps"
+    ),
+    "budgets/test_memory_budget.py::"
+    "test_peak_bytes_stay_within_every_budget_and_gradients_are_exact": (
+        "test_chains_of_repeated_layers_are_exact_within_every_budget"
+    ),
+    "forward/test_second_order.py::test_second_order_under_a_byte_budget_stays_within_it": (
+        "budgets/test_budget_second_order.py"
+    ),
+    "schedules/test_schedules.py::test_revolve_million_steps": "test_revolve_large_grid",
+    "schedules/test_schedules.py::test_revolve_large_grid[2-100000]": "[5-100000]",
+    "schedules/test_schedules.py::test_revolve_large_grid[10-100000]": "[5-100000]",
+    "schedules/test_schedules.py::test_revolve_large_grid[30-100000]": "[5-100000]",
+    "schedules/test_schedules_online.py::test_cost_model_matches_simulate[7]": "[1] to [4]",
+    "schedules/test_schedules_online.py::test_cost_model_matches_simulate[10]": "[1] to [4]",
+    "schedules/test_schedules_disk.py::test_disk_revolve_is_optimal_against_exhaustive_search": (
+        "test_two_level_is_optimal_against_exhaustive_search"
+    ),
+    "schedules/test_planning_shared.py::test_a_shared_plan_equals_exhaustive_search": (
+        "the bit-for-bit table tests of test_planning_shared.py"
+    ),
     "executor/test_loop.py::test_tracemalloc_peak_is_flat_for_revolve_and_linear_for_store_all": (
         "test_log_n_snapshots_give_log_n_memory_and_n_log_n_work"
     ),
