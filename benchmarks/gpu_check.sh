@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 python -c "import cupy; print('CuPy', cupy.__version__, cupy.cuda.runtime.getDeviceProperties(0)['name'].decode())"
-python -m pytest tests/test_devices.py -q -rs
+python -m pytest tests/ops/test_devices.py -q -rs
 python -m benchmarks.bench_gpu

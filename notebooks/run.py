@@ -8,7 +8,7 @@ outputs, so that a browser shows the figures.  After editing a ``.py`` file
     python notebooks/run.py                  # every notebook
     python notebooks/run.py notebooks/02_schedules_explained.py   # some
 
-``tests/test_notebooks.py`` uses the same functions: it executes every source
+``tests/tools/test_notebooks.py`` uses the same functions: it executes every source
 and checks that each committed ``.ipynb`` holds exactly its source's cells,
 executed in order, and stays small.
 """

@@ -1,0 +1,66 @@
+"""Hypothesis strategies shared by the test folders, and the one random-program generator.
+
+A random program is a list of instructions, each ``(unary, op, a, b)``: apply the
+``op``-th function of :data:`UNARY` (or, if not ``unary``, of :data:`BINARY`) to
+earlier values ``a`` (and ``b``), all indices taken modulo the table or the values
+so far, and append the result.  :func:`run_program` runs one on any starting
+values of one square shape; every op keeps that shape, so a program composes
+freely.  Binary results are halved, so that long products stay finite.
+
+Its users check different things on the same programs: finite differences
+(``core/test_engine.py``), rm.grad against backward and every schedule
+(``core/test_trust.py``), eager tangents against recorded ones bit for bit
+(``forward/test_dual.py``), the differentiable jvp (``forward/test_nested_jvp.py``)
+and memory bounds on loop steps (``budgets/test_memory_traced.py``).  A new op
+joins every one of those tests by joining a table here.
+"""
+
+from hypothesis import strategies as st
+
+import remat as rm
+
+UNARY = [
+    rm.sin,
+    rm.cos,
+    rm.tanh,
+    rm.exp,
+    rm.sigmoid,
+    lambda t: t * t,
+    lambda t: -t,
+    lambda t: rm.log(t * t + 1.0),
+    lambda t: rm.sqrt(t * t + 1.0),
+    rm.softmax,
+]
+BINARY = [
+    rm.add,
+    rm.subtract,
+    rm.multiply,
+    lambda a, b: a / (b * b + 1.0),
+    lambda a, b: a @ b.T,
+    lambda a, b: rm.concatenate([a, b], axis=0)[::2],
+]
+
+
+def programs(max_size=12):
+    """Random programs of 1 to ``max_size`` instructions ``(unary, op, a, b)``."""
+    index = st.integers(0, 63)
+    instruction = st.tuples(st.booleans(), index, index, index)
+    return st.lists(instruction, min_size=1, max_size=max_size)
+
+
+def run_program(program, values):
+    """``values`` with the result of each instruction appended, one after another."""
+    values = list(values)
+    for unary, op, i, j in program:
+        a, b = values[i % len(values)], values[j % len(values)]
+        if unary:
+            values.append(UNARY[op % len(UNARY)](a))
+        else:
+            values.append(BINARY[op % len(BINARY)](a, b) * 0.5)
+    return values
+
+
+def program_loss(program, x, y):
+    """A scalar of the program run on ``(x, y)``: ``sum(v * v) + sum(v)`` of its last value."""
+    v = run_program(program, [x, y])[-1]
+    return (v * v).sum() + v.sum()
