@@ -2,7 +2,7 @@
 
 ``remat.engine.generic_only()`` routes every op through
 ``remat.core.apply.apply``, the code the teaching core shows.  Each op of the
-table (the cases of tests/test_ops.py), and a small program using them, must
+table (the cases of tests/ops/cases.py), and a small program using them, must
 give the same values, records, gradients, second derivatives and tangents
 either way, to the last bit (float64).
 """
@@ -13,7 +13,7 @@ import pytest
 import remat as rm
 from remat.core import apply as core_apply
 from remat.engine import generic_only
-from tests.test_ops import CASES, weighted
+from tests.ops.cases import CASES, weighted
 
 
 def bits(a):

@@ -13,7 +13,7 @@ keeps them, because a copy of schedules/ must type-check alone too.
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "remat"
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "remat"
 
 # The layers of docs' design sketch, lowest first, by today's module names (a
 # package stands for everything under it).  A module may import its own layer or a
