@@ -61,6 +61,7 @@ from .ops import (
     transpose,
     where,
 )
+from .ops.numpy_coverage import *  # noqa: F403  (NumPy's functions, issue 27)
 from .selective import checkpoint_name, count_ops
 from .storage import DiskError
 from .tape import BackwardError, EscapeError, Record, Recorder, enable_grad, grad_enabled, no_grad

@@ -30,6 +30,7 @@ from .elementwise import (
 from .index import getitem, scatter_add
 from .linalg import einsum, matmul
 from .nn import cross_entropy, gelu, layer_norm, log_softmax, relu, sigmoid, softmax
+from .numpy_coverage import *  # noqa: F403  (NumPy's functions, issue 27)
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .shape import (
     astype,

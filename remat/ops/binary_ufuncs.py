@@ -1,0 +1,132 @@
+"""Elementwise functions of two inputs beyond the arithmetic ones: ``arctan2``,
+``hypot``, ``logaddexp``, ``logaddexp2``, ``fmax``, ``fmin`` and ``remainder``
+(``mod``).  Primitives, with NumPy's forward; either input may be a number.
+
+``hypot`` and the ``logaddexp`` pair exist for accuracy (no overflow in
+x² + y² or in exp(x)); their VJPs read the output so they stay finite too.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .core import SELF_ADJOINT, defop, make_binary, xp
+from .either import raw
+
+
+def _binary(name, forward, rule_x, rule_y, needs, doc):
+    """A primitive of two inputs and its public function (``rm.<name>``)."""
+    op = defop(name, forward, rule_x, rule_y, needs=needs, jvps=SELF_ADJOINT)
+    return make_binary(op, doc=doc)
+
+
+arctan2 = _binary(
+    "arctan2",
+    xp.arctan2,
+    lambda ns, g, ans, y, x: g * x / (x * x + y * y),
+    lambda ns, g, ans, y, x: -(g * y) / (x * x + y * y),
+    ("01", "01"),
+    """The angle of the point (x, y): ``arctan2(y, x)``, in (-π, π].
+
+    >>> import remat as rm
+    >>> rm.arctan2(rm.tensor([1.0, 1.0]), rm.tensor([1.0, -1.0]))
+    tensor([0.78539816, 2.35619449])
+    """,
+)
+
+
+def _hypot_rule(ns, g, ans, x):
+    # x / hypot; at the origin 0, the subgradient abs takes at 0 too
+    zero = ans == 0
+    return g * ns.where(zero, 0.0, x / ns.where(zero, 1.0, ans))
+
+
+hypot = _binary(
+    "hypot",
+    xp.hypot,
+    lambda ns, g, ans, x, y: _hypot_rule(ns, g, ans, x),
+    lambda ns, g, ans, x, y: _hypot_rule(ns, g, ans, y),
+    ("0a", "1a"),
+    """sqrt(x² + y²) without overflow or underflow in the squares.
+
+    >>> import remat as rm
+    >>> rm.hypot(rm.tensor([3.0, 3e200]), 4.0)
+    tensor([5.e+000, 3.e+200])
+    """,
+)
+logaddexp = _binary(
+    "logaddexp",
+    xp.logaddexp,
+    lambda ns, g, ans, x, y: g * ns.exp(x - ans),
+    lambda ns, g, ans, x, y: g * ns.exp(y - ans),
+    ("0a", "1a"),
+    """log(exp(x) + exp(y)) without overflow; the slopes are exp(x - out), exp(y - out).
+
+    >>> import remat as rm
+    >>> rm.logaddexp(rm.tensor([1000.0, 0.0]), rm.tensor([1000.0, 0.0]))
+    tensor([1.00069315e+03, 6.93147181e-01])
+    """,
+)
+logaddexp2 = _binary(
+    "logaddexp2",
+    xp.logaddexp2,
+    lambda ns, g, ans, x, y: g * ns.exp((x - ans) * math.log(2)),
+    lambda ns, g, ans, x, y: g * ns.exp((y - ans) * math.log(2)),
+    ("0a", "1a"),
+    """log2(2 ** x + 2 ** y) without overflow.
+
+    >>> import remat as rm
+    >>> rm.logaddexp2(rm.tensor([1.0, 3.0]), 1.0)
+    tensor([2.        , 3.32192809])
+    """,
+)
+
+
+def _first_wins(x, y, keep):
+    """1.0 where fmax/fmin gives x (x wins the comparison, ties included, or y is NaN)."""
+    return xp.where((y != y) | keep(raw(x), raw(y)), 1.0, 0.0)
+
+
+fmax = _binary(
+    "fmax",
+    xp.fmax,
+    lambda ns, g, ans, x, y: g * _first_wins(x, raw(y), xp.greater_equal),
+    lambda ns, g, ans, x, y: g * (1 - _first_wins(x, raw(y), xp.greater_equal)),
+    ("01", "01"),
+    """Elementwise max that ignores NaN (the other value wins); at ties the gradient
+    goes to ``x``, as in :func:`remat.maximum`.
+
+    >>> import remat as rm
+    >>> rm.fmax(rm.tensor([1.0, float("nan")]), rm.tensor([2.0, 3.0]))
+    tensor([2., 3.])
+    """,
+)
+fmin = _binary(
+    "fmin",
+    xp.fmin,
+    lambda ns, g, ans, x, y: g * _first_wins(x, raw(y), xp.less_equal),
+    lambda ns, g, ans, x, y: g * (1 - _first_wins(x, raw(y), xp.less_equal)),
+    ("01", "01"),
+    """Elementwise min that ignores NaN; at ties the gradient goes to ``x``.
+
+    >>> import remat as rm
+    >>> rm.fmin(rm.tensor([1.0, float("nan")]), rm.tensor([2.0, 3.0]))
+    tensor([1., 3.])
+    """,
+)
+remainder = _binary(
+    "remainder",
+    xp.remainder,
+    lambda ns, g, ans, x, y: g,
+    # x - floor(x / y) * y: the quotient is a step function, a constant here
+    lambda ns, g, ans, x, y: -(g * xp.floor_divide(raw(x), raw(y))),
+    ("", "01"),
+    """x modulo y with the sign of y, as ``numpy.remainder`` (and ``rm.mod``); the
+    slope is 1 in x and -floor(x / y) in y.
+
+    >>> import remat as rm
+    >>> rm.remainder(rm.tensor([5.0, -5.0]), 3.0)
+    tensor([2., 1.])
+    """,
+)
+mod = remainder

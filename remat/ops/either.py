@@ -1,0 +1,36 @@
+"""One function for both namespaces a VJP rule runs in.
+
+A rule computes on raw arrays in an ordinary backward (``ns`` is
+:data:`remat.backend.ARRAY_NAMESPACE`) and on Tensors when the backward is
+itself differentiated.  The rules of the NumPy-coverage ops need functions the
+namespace does not list (``cosh``, ``roll``, ``cumsum``...): :func:`call`
+picks NumPy's on arrays and remat's own (recorded, differentiable) on Tensors,
+so that the rule is still written once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import backend
+
+
+def call(ns: Any, name: str, *args: Any, **kw: Any) -> Any:
+    """``xp.<name>(*args)`` on arrays, ``rm.<name>(*args)`` on Tensors.
+
+    >>> import remat as rm
+    >>> from remat.backend import ARRAY_NAMESPACE
+    >>> call(ARRAY_NAMESPACE, "cosh", rm.backend.xp.zeros(1))
+    array([1.])
+    """
+    if ns is backend.ARRAY_NAMESPACE:
+        return getattr(backend.xp, name)(*args, **kw)
+    from .. import ops  # loaded by now: a rule runs after every op is defined
+
+    return getattr(ops, name)(*args, **kw)
+
+
+def raw(value: Any) -> Any:
+    """The array of a Tensor (a constant inside a rule: a floor, a mask), else ``value``."""
+    data = getattr(value, "_data", None)
+    return value if data is None else data
