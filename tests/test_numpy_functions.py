@@ -9,6 +9,8 @@ and reverse.  The edges the issue names follow: ties, zeros, empty axes, negativ
 out-of-range indices.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -232,3 +234,297 @@ def test_primitive_gives_numpys_value(name):
     if name == "partition":
         got = np.sort(got, axis=1)
     assert np.array_equal(got, numpy_fn(*inputs))  # NumPy's own forward: the same bits
+
+
+# --- extreme inputs: merged into tests/test_extreme_inputs.py's audit --------------------
+ULP = np.finfo(float).eps
+
+
+def _none(x):
+    return 0.0
+
+
+def _sinc_slope(x):
+    if abs(x) < 1e-2:  # the series to x^7: (cos - sinc) / x cancels there
+        terms = [(-1) ** k * math.pi ** (2 * k) * 2 * k * x ** (2 * k - 1) for k in range(1, 5)]
+        return sum(t / math.factorial(2 * k + 1) for k, t in enumerate(terms, 1))
+    return (math.cos(math.pi * x) - math.sin(math.pi * x) / (math.pi * x)) / x
+
+
+# name -> (function, points, value, derivative, rtol, the derivative's absolute tolerance
+# at x, why), as ELEMENTWISE there
+EXTREMES = {
+    "tan": (rm.tan, [-1.5, -1e-300, 1e-8, 0.5, 1.0, 1.57], math.tan, lambda x: 1 + math.tan(x) ** 2)
+    + (1e-15, _none, "one libm call; the slope from the rounded output: two ulps more"),
+    "arcsin": (
+        rm.arcsin,
+        [-0.999999, -1e-300, 0.5, 0.999999],
+        math.asin,
+        lambda x: 1 / math.sqrt((1 - x) * (1 + x)),
+    )
+    + (1e-15, _none, "one libm call; 1 - x² as (1 - x)(1 + x), exact near ±1"),
+    "arccos": (
+        rm.arccos,
+        [-0.999999, 1e-300, 0.5, 0.999999],
+        math.acos,
+        lambda x: -1 / math.sqrt((1 - x) * (1 + x)),
+    )
+    + (1e-15, _none, "as arcsin"),
+    "arctan": (
+        rm.arctan,
+        [-1e300, -1.0, 1e-300, 1e160, 1e300],
+        math.atan,
+        lambda x: 1 / (1 + x * x) if abs(x) < 1e150 else 1 / x / x,
+    )
+    + (1e-15, _none, "one libm call; the slope divides by hypot(x, 1) twice: no overflow in x²"),
+    "sinh": (rm.sinh, [-700.0, -1.0, 1e-300, 1e-8, 700.0], math.sinh, math.cosh)
+    + (1e-15, _none, "one libm call"),
+    "cosh": (rm.cosh, [-700.0, -1.0, 1e-300, 1e-8, 700.0], math.cosh, math.sinh)
+    + (1e-15, _none, "one libm call; the slope sinh, exact near 0"),
+    "arcsinh": (
+        rm.arcsinh,
+        [-1e300, -1.0, 1e-300, 1e160],
+        math.asinh,
+        lambda x: 1 / math.hypot(x, 1),
+    )
+    + (1e-15, _none, "one libm call; hypot(x, 1): no overflow"),
+    "arccosh": (
+        rm.arccosh,
+        [1.0 + 1e-12, 2.0, 1e160, 1e300],
+        math.acosh,
+        lambda x: 1 / math.sqrt(x - 1) / math.sqrt(x + 1),
+    )
+    + (1e-15, _none, "one libm call; sqrt(x - 1) sqrt(x + 1): no overflow"),
+    "arctanh": (
+        rm.arctanh,
+        [-0.999999, 1e-300, 0.5, 0.999999],
+        math.atanh,
+        lambda x: 1 / ((1 - x) * (1 + x)),
+    )
+    + (1e-15, _none, "one libm call"),
+    "log1p": (rm.log1p, [-0.999999, -1e-300, 1e-20, 1.0, 1e300], math.log1p, lambda x: 1 / (1 + x))
+    + (1e-15, _none, "one libm call, exact for tiny x where log(1 + x) loses every digit"),
+    "expm1": (rm.expm1, [-700.0, -1e-300, 1e-20, 1.0, 700.0], math.expm1, math.exp)
+    + (
+        1e-15,
+        _none,
+        "one libm call, exact for tiny x; the slope exp(x) (output + 1 was 0 at -700)",
+    ),
+    "log2": (rm.log2, [1e-300, 0.5, 1.0, 1e300], math.log2, lambda x: 1 / (x * math.log(2)))
+    + (1e-15, _none, "one libm call"),
+    "log10": (rm.log10, [1e-300, 0.5, 1.0, 1e300], math.log10, lambda x: 1 / (x * math.log(10)))
+    + (1e-15, _none, "one libm call"),
+    "exp2": (
+        rm.exp2,
+        [-1022.0, -1e-300, 0.5, 1023.5],
+        lambda x: 2.0**x,
+        lambda x: 2.0**x * math.log(2),
+    )
+    + (1e-15, _none, "one libm call"),
+    "square": (rm.square, [-1e154, -1e-300, 0.5, 1e154], lambda x: x * x, lambda x: 2 * x)
+    + (0.0, _none, "exact: one rounding"),
+    "reciprocal": (
+        rm.reciprocal,
+        [-1e-300, 1e-150, 0.5, 1e300],
+        lambda x: 1 / x,
+        lambda x: -1 / x / x,
+    )
+    + (1e-15, _none, "one rounding; the slope from the output squared"),
+    "sinc": (rm.sinc, [-2.5, -1e-3, 0.0, 1e-300, 2e-4, 0.3, 1e6], np.sinc, _sinc_slope)
+    + (
+        1e-12,
+        _none,
+        "the slope: a Taylor series below |x| = 1e-3, a quotient of cancelling terms above",
+    ),
+}
+
+# the other new primitives, with the reason each needs no point list there
+AUDITED_ELSEWHERE = {
+    "nan_to_num": "no arithmetic: values pass or are replaced",
+    "angle": "no arithmetic: 0 or pi, slope 0",
+    "fmax": "no arithmetic: a selection, as maximum",
+    "fmin": "no arithmetic: a selection, as minimum",
+    "roll": "no arithmetic: moves values",
+    "pad": "no arithmetic: moves values",
+    "sort": "no arithmetic: moves values (ties: test_ties_share_the_gradient)",
+    "partition": "no arithmetic: moves values",
+    "cumsum": "one rounding per addition, as sum",
+    "prod": "one rounding per product; zeros: test_prod_is_exact_at_zeros",
+    "remainder": "NumPy's one operation; the slopes 1 and -floor(x / y)",
+    "linspace": "one rounding per element; the slopes are the weights on the ends",
+    "arctan2": "test_accuracy_functions_stay_finite_where_naive_forms_overflow",
+    "hypot": "test_accuracy_functions_stay_finite_where_naive_forms_overflow",
+    "logaddexp": "test_accuracy_functions_stay_finite_where_naive_forms_overflow",
+    "logaddexp2": "test_accuracy_functions_stay_finite_where_naive_forms_overflow",
+}
+
+
+# --- edges: ties, zeros, empty axes, indices -------------------------------------------
+TIES = np.array([[2.0, -1.0, 2.0, 0.5], [0.5, 0.5, -3.0, 1.0], [1.0, 1.0, 1.0, 4.0]])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: rm.sort(x, axis=1),
+        lambda x: rm.sort(x, axis=0),
+        lambda x: rm.partition(x, 1, axis=1),
+        lambda x: rm.max(x, axis=1),
+    ],
+    ids=["sort", "sort-axis0", "partition", "max"],
+)
+def test_ties_share_the_gradient(fn):
+    # tied pairs: the shared gradient is the central difference's average of both sides
+    x = TIES[:2]
+    assert rm.gradcheck(weighted(fn), x)
+    _, tangent = rm.jvp(fn, (x,), (np.ones_like(x),))
+    np.testing.assert_array_equal(tangent, fn(rm.tensor(x)).numpy() * 0 + 1.0)
+
+
+def test_three_way_tie_in_sort_gets_the_mean_cotangent():
+    x = rm.tensor(TIES[2], requires_grad=True)  # 1, 1, 1 tie; 4 alone
+    (rm.sort(x) * rm.tensor([1.0, 2.0, 6.0, 10.0])).sum().backward()
+    np.testing.assert_array_equal(x.grad, [3.0, 3.0, 3.0, 10.0])
+
+
+def test_prod_is_exact_at_zeros():
+    for x, want in [
+        ([2.0, 0.0, 3.0], [0.0, 6.0, 0.0]),
+        ([0.0, 0.0, 3.0], [0.0, 0.0, 0.0]),
+        ([0.0], [1.0]),
+        ([-1.5, 2.0, 4.0], [8.0, -6.0, -3.0]),
+    ]:
+        np.testing.assert_array_equal(rm.grad(lambda t: rm.prod(t))(np.array(x)), want)
+    # the second derivative, where a zero meets another: d²(x0 x1 x2) = [[0, x2, x1], ...]
+    got = rm.hvp(lambda t: rm.prod(t), (np.array([0.0, 0.0, 3.0]),), (np.ones(3),))[0]
+    np.testing.assert_array_equal(got, [3.0, 3.0, 0.0])
+
+
+def test_zero_to_the_zero():
+    x, y = rm.tensor(0.0, requires_grad=True), rm.tensor(0.0, requires_grad=True)
+    out = x**y
+    out.backward()
+    assert out.item() == 1.0 and x.grad == 0.0 and y.grad == 0.0  # PyTorch's convention
+
+
+@pytest.mark.parametrize(
+    "fn, numpy_fn",
+    [
+        (lambda x: rm.prod(x, axis=1), lambda x: np.prod(x, axis=1)),
+        (lambda x: rm.cumsum(x, axis=1), lambda x: np.cumsum(x, axis=1)),
+        (lambda x: rm.sort(x, axis=1), lambda x: np.sort(x, axis=1)),
+        (lambda x: rm.roll(x, 3, axis=1), lambda x: np.roll(x, 3, axis=1)),
+        (lambda x: rm.pad(x, 1), lambda x: np.pad(x, 1)),
+        (lambda x: rm.diff(x, axis=1), lambda x: np.diff(x, axis=1)),
+        (lambda x: rm.repeat(x, 2, axis=1), lambda x: np.repeat(x, 2, axis=1)),
+        (lambda x: rm.tile(x, (2, 0)), lambda x: np.tile(x, (2, 0))),
+        (lambda x: rm.trace(x), lambda x: np.trace(x)),
+    ],
+)
+def test_empty_axes(fn, numpy_fn):
+    x = np.zeros((3, 0))
+    got = fn(rm.tensor(x)).numpy()
+    assert got.shape == numpy_fn(x).shape and np.array_equal(got, numpy_fn(x))
+    t = rm.tensor(x, requires_grad=True)
+    (fn(t) * 1.0).sum().backward()
+    assert t.grad.shape == (3, 0)
+    assert rm.jvp(fn, (x,), (x,))[1].shape == got.shape
+
+
+def test_roll_wraps_any_shift_and_names_a_bad_axis():
+    x = r(3, 4)
+    for shift, axis in [(-7, -1), (13, 0), ((5, -9), (0, 1)), (-1, None)]:
+        np.testing.assert_array_equal(rm.roll(x, shift, axis).numpy(), np.roll(x, shift, axis))
+    assert rm.gradcheck(weighted(lambda t: rm.roll(t, -7, -1)), x)
+    with pytest.raises(rm.ShapeError, match=r"roll: axis 2 is out of bounds for 2 axes"):
+        rm.roll(x, 1, axis=2)
+    with pytest.raises(rm.ShapeError, match=r"roll: 2 shifts for 1 axes"):
+        rm.roll(x, (1, 2), axis=(0,))
+
+
+def test_repeat_and_tile_check_their_counts_and_axes():
+    x = r(2, 3)
+    np.testing.assert_array_equal(rm.repeat(x, 3, axis=-2).numpy(), np.repeat(x, 3, axis=-2))
+    np.testing.assert_array_equal(
+        rm.repeat(x, [0, 2, 1], axis=-1).numpy(), np.repeat(x, [0, 2, 1], -1)
+    )
+    assert rm.gradcheck(weighted(lambda t: rm.repeat(t, [0, 2, 1], axis=-1)), x)
+    with pytest.raises(ValueError, match=r"repeat: repeats must be >= 0; got -1"):
+        rm.repeat(x, -1)
+    with pytest.raises(rm.ShapeError, match=r"repeat: axis -3 is out of bounds for 2 axes"):
+        rm.repeat(x, 2, axis=-3)
+    with pytest.raises(rm.ShapeError, match=r"repeat: 2 repeats for axis 1 of length 3"):
+        rm.repeat(x, [1, 2], axis=1)
+    np.testing.assert_array_equal(rm.tile(x, (2, 1, 2)).numpy(), np.tile(x, (2, 1, 2)))
+    with pytest.raises(ValueError, match=r"tile: reps must be ints >= 0; got \(2, -1\)"):
+        rm.tile(x, (2, -1))
+
+
+def test_errors_name_the_function_and_what_is_allowed():
+    x = r(2, 3)
+    with pytest.raises(NotImplementedError, match=r"pad: mode 'reflect' .* only mode='constant'"):
+        rm.pad(x, 1, mode="reflect")
+    with pytest.raises(rm.ShapeError, match=r"split: axis 1 of a tensor of shape \(2, 3\)"):
+        rm.split(x, 2, axis=1)
+    with pytest.raises(rm.ShapeError, match=r"squeeze: axis 1 .* has size 3"):
+        rm.squeeze(x, 1)
+    with pytest.raises(rm.ShapeError, match=r"partition: kth 3 is out of bounds"):
+        rm.partition(x, 3)
+    with pytest.raises(rm.ShapeError, match=r"cross: vectors must have 3 components"):
+        rm.cross(x.T, x.T)
+
+
+@pytest.mark.parametrize("name", ["angle", "real", "imag", "conj", "real_if_close"])
+def test_complex_values_are_refused_by_name(name):
+    with pytest.raises(rm.DTypeError, match=rf"rm.{name}: x is complex .* real functions only"):
+        getattr(rm, name)(np.array([1 + 2j]))
+
+
+def test_accuracy_functions_stay_finite_where_naive_forms_overflow():
+    big = np.array([3e200, 1e300])
+    np.testing.assert_allclose(rm.hypot(big, big * 4 / 3).numpy(), big * 5 / 3, rtol=1e-15)
+    g = rm.grad(lambda a, b: rm.hypot(a, b).sum(), (0, 1))(big, big * 4 / 3)
+    np.testing.assert_allclose(g, [[0.6, 0.6], [0.8, 0.8]], rtol=1e-15)
+    g = rm.grad(lambda a, b: rm.logaddexp(a, b).sum(), (0, 1))(
+        np.array([1000.0]), np.array([1000.0])
+    )
+    np.testing.assert_array_equal(g, [[0.5], [0.5]])
+    g = rm.grad(lambda a, b: rm.logaddexp2(a, b).sum(), (0, 1))(
+        np.array([2000.0]), np.array([1999.0])
+    )
+    np.testing.assert_allclose(g, [[2 / 3], [1 / 3]], rtol=1e-15)
+    g = rm.grad(lambda y, x: rm.arctan2(y, x).sum(), (0, 1))(np.array([1e200]), np.array([1e200]))
+    np.testing.assert_allclose(g, [[5e-201], [-5e-201]], rtol=1e-15)
+    assert rm.log1p(rm.tensor(1e-20)).item() == 1e-20 and rm.expm1(rm.tensor(1e-20)).item() == 1e-20
+
+
+def test_sinc_has_its_curvature_at_zero():
+    second = rm.grad(lambda t: rm.grad(lambda u: rm.sinc(u).sum())(t).sum())
+    np.testing.assert_allclose(second(np.array([0.0])), [-(math.pi**2) / 3], rtol=1e-15)
+
+
+# --- an optional peer: autograd's gradients of the same functions ----------------------
+PEER = "tan arcsinh log1p expm1 hypot logaddexp cumsum prod var std roll outer kron trace tril diff"
+PEER += " sort cross tile repeat"
+
+
+@pytest.mark.parametrize("name", PEER.split())
+def test_gradients_agree_with_autograd(name):
+    autograd = pytest.importorskip("autograd")
+    anp = pytest.importorskip("autograd.numpy")
+    args = {"repeat": (2,), "roll": (-3,), "tile": ((2, 1),)}.get(name, ())
+    shape = (4,) if name in ("outer", "sort") else (3, 3)  # autograd's rules take 1-D there
+    inputs = [pos(*shape)] * (2 if name in ("hypot", "logaddexp", "outer", "kron", "cross") else 1)
+
+    def f(module):
+        fn = getattr(module, name)
+        return lambda *xs: (
+            fn(*xs, *args)
+            * np.arange(1.0, 1 + fn(*inputs, *args).size).reshape(np.shape(fn(*inputs, *args)))
+        ).sum()
+
+    argnums = tuple(range(len(inputs)))
+    want = [autograd.grad(f(anp), i)(*inputs) for i in argnums]
+    got = rm.grad(f(rm), argnums)(*inputs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-14)

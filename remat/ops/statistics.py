@@ -241,7 +241,8 @@ def _linspace(start, stop, num, endpoint, axis):
 
 
 def _share(num, endpoint, axis, shape, dtype):
-    """Each output's weight on ``stop`` (its weight on ``start`` is one minus it)."""
+    """Each output's weight on ``stop`` (its weight on ``start`` is one minus it), in the
+    output's dtype (a float32 end's tangent joins a float64 output in float64)."""
     w = xp.linspace(0.0, 1.0, num, endpoint=endpoint).astype(dtype, copy=False)
     return w.reshape((1,) * axis + (num,) + (1,) * (len(shape) - axis))
 
@@ -254,19 +255,19 @@ def _spread(ns, t, weight, axis, shape):
 LINSPACE = defop(
     "linspace",
     _linspace,
-    lambda ns, g, ans, a, b, num, endpoint, axis, shape: ns.sum(
-        g * (1 - _share(num, endpoint, axis, shape, g.dtype)), axis=axis
+    lambda ns, g, ans, a, b, num, endpoint, axis, shape, dtype: ns.sum(
+        g * (1 - _share(num, endpoint, axis, shape, dtype)), axis=axis
     ),
-    lambda ns, g, ans, a, b, num, endpoint, axis, shape: ns.sum(
-        g * _share(num, endpoint, axis, shape, g.dtype), axis=axis
+    lambda ns, g, ans, a, b, num, endpoint, axis, shape, dtype: ns.sum(
+        g * _share(num, endpoint, axis, shape, dtype), axis=axis
     ),
     needs=("", ""),
     jvps=(
-        lambda ns, t, ans, a, b, num, endpoint, axis, shape: _spread(
-            ns, t, 1 - _share(num, endpoint, axis, shape, t.dtype), axis, shape
+        lambda ns, t, ans, a, b, num, endpoint, axis, shape, dtype: _spread(
+            ns, t, 1 - _share(num, endpoint, axis, shape, dtype), axis, shape
         ),
-        lambda ns, t, ans, a, b, num, endpoint, axis, shape: _spread(
-            ns, t, _share(num, endpoint, axis, shape, t.dtype), axis, shape
+        lambda ns, t, ans, a, b, num, endpoint, axis, shape, dtype: _spread(
+            ns, t, _share(num, endpoint, axis, shape, dtype), axis, shape
         ),
     ),
 )
@@ -287,4 +288,5 @@ def linspace(
     shape = xp.broadcast_shapes(xp.shape(raw(start)), xp.shape(raw(stop)))
     axis = check_axis("linspace", axis, len(shape) + 1)
     kw = {"num": num, "endpoint": endpoint, "axis": axis}
-    return apply(LINSPACE, (start, stop), kw, {**kw, "shape": shape})
+    dtype = xp.result_type(raw(start), raw(stop), float(num))  # as numpy.linspace's
+    return apply(LINSPACE, (start, stop), kw, {**kw, "shape": shape, "dtype": dtype})

@@ -27,6 +27,11 @@ def _unary(name, forward, rule, needs, doc):
     return make_unary(defop(name, forward, rule, needs=(needs,), jvps=SELF_ADJOINT), doc=doc)
 
 
+def _hypot1(ns, x):
+    """sqrt(x² + 1) without overflow in x² (the slopes of arctan and arcsinh at |x| ~ 1e200)."""
+    return call(ns, "hypot", x, 1.0)
+
+
 tan = _unary(
     "tan",
     xp.tan,
@@ -66,7 +71,7 @@ arccos = _unary(
 arctan = _unary(
     "arctan",
     xp.arctan,
-    lambda ns, g, ans, x: g / (1 + x * x),
+    lambda ns, g, ans, x: g / _hypot1(ns, x) / _hypot1(ns, x),  # 1 / (1 + x²), no overflow
     "0",
     """The inverse tangent, elementwise.
 
@@ -102,7 +107,7 @@ cosh = _unary(
 arcsinh = _unary(
     "arcsinh",
     xp.arcsinh,
-    lambda ns, g, ans, x: g / ns.sqrt(x * x + 1),
+    lambda ns, g, ans, x: g / _hypot1(ns, x),
     "0",
     """The inverse hyperbolic sine, elementwise.
 
@@ -114,7 +119,7 @@ arcsinh = _unary(
 arccosh = _unary(
     "arccosh",
     xp.arccosh,
-    lambda ns, g, ans, x: g / ns.sqrt((x - 1) * (x + 1)),
+    lambda ns, g, ans, x: g / (ns.sqrt(x - 1) * ns.sqrt(x + 1)),
     "0",
     """The inverse hyperbolic cosine, elementwise (for x >= 1).
 
@@ -150,9 +155,9 @@ log1p = _unary(
 expm1 = _unary(
     "expm1",
     xp.expm1,
-    lambda ns, g, ans, x: g * (ans + 1),
-    "a",
-    """exp(x) - 1, exact for tiny x; its VJP reuses the output.
+    lambda ns, g, ans, x: g * ns.exp(x),  # not ans + 1: 0 where exp(x) < ulp(1)
+    "0",
+    """exp(x) - 1, exact for tiny x (where ``rm.exp(x) - 1`` loses x's digits).
 
     >>> import remat as rm
     >>> float(rm.expm1(rm.tensor(1e-20)))
@@ -220,9 +225,10 @@ reciprocal = _unary(
     """,
 )
 
-SINC_SERIES = 1e-3
-"""Below this |x|, sinc's slope is its Taylor series -(π²/3) x + (π⁴/30) x³ (exact to
-rounding there, and right at 0 for second derivatives too); above, the quotient."""
+SINC_SERIES = 1e-2
+"""Below this |x|, sinc's slope is its Taylor series -(π²/3) x + (π⁴/30) x³ - (π⁶/840) x⁵
+(the next term is below 1e-13 of it there, and it is right at 0 for second derivatives
+too); above, the quotient (cos(πx) - sinc(x)) / x, whose cancellation costs < 1e-12."""
 
 
 def _sinc_vjp(ns, g, ans, x):
@@ -230,7 +236,8 @@ def _sinc_vjp(ns, g, ans, x):
     small = ns.where(x * x < SINC_SERIES**2, 1.0, 0.0)
     safe = x + small * (1 - x)  # 1 where the series applies: no 0 / 0 there
     quotient = (ns.cos(math.pi * safe) - ns.where(small > 0, 1.0, ans)) / safe
-    series = x * (-(math.pi**2) / 3 + (math.pi**4 / 30) * x * x)
+    x2 = x * x
+    series = x * (-(math.pi**2) / 3 + x2 * (math.pi**4 / 30 - x2 * (math.pi**6 / 840)))
     return g * ns.where(small > 0, series, quotient)
 
 
