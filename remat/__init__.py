@@ -49,6 +49,7 @@ from .ops import (
     relu,
     reshape,
     sigmoid,
+    sign,  # issue 27: rm.sign beside the NumPy functions
     sin,
     softmax,
     sqrt,

@@ -528,3 +528,51 @@ def test_gradients_agree_with_autograd(name):
     got = rm.grad(f(rm), argnums)(*inputs)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-14)
+
+
+# --- Tensor methods as NumPy's ndarray has them ----------------------------------------
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: a.squeeze(),
+        lambda a: a.ravel(),
+        lambda a: a.flatten(),
+        lambda a: a.dot(a.T),
+        lambda a: a.var(axis=1),
+        lambda a: a.std(ddof=1),
+        lambda a: a.prod(axis=0, keepdims=True),
+        lambda a: a.cumsum(axis=1),
+        lambda a: a.repeat(2, axis=1),
+        lambda a: a.diagonal(1),
+        lambda a: a.trace(),
+        lambda a: a.swapaxes(0, 1),
+        lambda a: a.clip(-0.5, 0.5),
+        lambda a: a.conj(),
+        lambda a: a.real,
+        lambda a: a.imag,
+    ],
+)
+def test_tensor_methods_match_ndarray_methods(call):
+    x = r(3, 4)
+    np.testing.assert_allclose(call(rm.tensor(x)).numpy(), call(x), rtol=1e-14, atol=1e-15)
+
+
+def test_sign_is_public():
+    np.testing.assert_array_equal(rm.sign(rm.tensor([-2.0, 0.0, 3.0])).numpy(), [-1.0, 0.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "spec, shapes",
+    [
+        ("...ij,...jk->...ik", ((2, 3, 4), (4, 5))),
+        ("...i,...i", ((2, 1, 3), (4, 3))),
+        ("i...->...", ((3, 2, 2),)),
+        ("...", ((2, 3),)),
+    ],
+)
+def test_einsum_with_ellipsis(spec, shapes):
+    arrays = [r(*s) for s in shapes]
+    np.testing.assert_allclose(
+        rm.einsum(spec, *arrays).numpy(), np.einsum(spec, *arrays), rtol=1e-13
+    )
+    assert rm.gradcheck(weighted(lambda *xs: rm.einsum(spec, *xs)), *arrays)

@@ -196,3 +196,38 @@ __all__ = [
     "vsplit",
     "vstack",
 ]
+
+
+# NumPy ndarray methods a Tensor gains (remat.ops.attach_methods calls attach_numpy_methods):
+# name -> the function; ``t.var(0)`` is ``rm.var(t, 0)``.  Not the in-place ones
+# (ndarray.sort, .partition, .fill): remat never writes into a tensor's array.
+METHODS = {
+    "squeeze": squeeze,
+    "ravel": ravel,
+    "flatten": ravel,  # NumPy copies; remat's arrays are never written in place, so the same
+    "dot": dot,
+    "var": var,
+    "std": std,
+    "prod": prod,
+    "cumsum": cumsum,
+    "repeat": repeat,
+    "diagonal": diagonal,
+    "trace": trace,
+    "conj": conj,
+    "conjugate": conj,
+}
+PROPERTIES = {"real": real, "imag": imag}
+
+
+def attach_numpy_methods(tensor_class: type) -> None:
+    """Give Tensor NumPy's ndarray methods and properties from :data:`METHODS`.
+
+    >>> import remat as rm
+    >>> t = rm.tensor([[1.0], [3.0]])
+    >>> t.squeeze(), t.var(), t.ravel().dot(t.ravel())
+    (tensor([1., 3.]), tensor(1.), tensor(10.))
+    """
+    for name, function in METHODS.items():
+        setattr(tensor_class, name, function)
+    for name, function in PROPERTIES.items():
+        setattr(tensor_class, name, property(function))
