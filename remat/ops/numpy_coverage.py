@@ -53,6 +53,7 @@ from .complex_parts import (
     real,
     real_if_close,
 )
+from .dispatch import array_function, array_ufunc
 from .matrix import (
     cross,
     diag,
@@ -231,3 +232,5 @@ def attach_numpy_methods(tensor_class: type) -> None:
         setattr(tensor_class, name, function)
     for name, function in PROPERTIES.items():
         setattr(tensor_class, name, property(function))
+    tensor_class.__array_ufunc__ = array_ufunc  # type: ignore[attr-defined]
+    tensor_class.__array_function__ = array_function  # type: ignore[attr-defined]
