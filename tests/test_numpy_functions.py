@@ -474,6 +474,10 @@ def test_errors_name_the_function_and_what_is_allowed():
         rm.partition(x, 3)
     with pytest.raises(rm.ShapeError, match=r"cross: vectors must have 3 components"):
         rm.cross(x.T, x.T)
+    # an axis out of range wrapped around (axis 5 of 2 axes reduced axis 1) before it was checked
+    for fn in (rm.prod, rm.var, rm.std):
+        with pytest.raises(rm.ShapeError, match=r"(prod|var): axis 5 is out of bounds for 2 axes"):
+            fn(x, axis=5)
 
 
 @pytest.mark.parametrize("name", ["angle", "real", "imag", "conj", "real_if_close"])

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 xp = backend.xp
 
 
+def _checked_axes(name: str, axis: int | tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    """``axis`` as axes in [0, ndim), each checked before it wraps around."""
+    return tuple(check_axis(name, a, ndim) for a in ((axis,) if isinstance(axis, int) else axis))
+
+
 # --- prod ---------------------------------------------------------------------------
 def _others(ns, x, axis):
     """For each element of x, the product of the other elements of its reduction."""
@@ -78,11 +83,7 @@ def prod(x: TensorLike, axis: Axis = None, keepdims: bool = False) -> Tensor:
     array([0., 6., 0.])
     """
     x = as_tensor(x)
-    axes = (
-        None
-        if axis is None
-        else tuple(check_axis("prod", a, x.ndim) for a in normalize_axes(axis, x.ndim))
-    )
+    axes = None if axis is None else _checked_axes("prod", axis, x.ndim)
     kw = {"axis": axes, "keepdims": keepdims}
     return apply(PROD, (x,), kw, {**kw, "shape": x.shape})
 
@@ -96,9 +97,7 @@ def var(x: TensorLike, axis: Axis = None, ddof: int = 0, keepdims: bool = False)
     tensor(1.25)
     """
     x = as_tensor(x)
-    axes = normalize_axes(axis, x.ndim)
-    for a in axes:
-        check_axis("var", a, x.ndim)
+    axes = tuple(range(x.ndim)) if axis is None else _checked_axes("var", axis, x.ndim)
     n = 1
     for a in axes:
         n *= x.shape[a]
