@@ -90,3 +90,10 @@ def test_out_follows_the_rules_of_writing_data():
         np.sin(w, out=w)
     with pytest.raises(rm.BackwardError):
         y.backward()
+
+
+def test_a_numpy_reduction_of_a_tensor_still_formats_as_a_number():
+    # np.mean(t) returned a NumPy float before dispatch; f"{np.mean(t):.3f}" must still work
+    t = rm.tensor([1.0, 2.0])
+    assert f"{np.mean(t):.3f}" == "1.500" and f"{rm.sum(t):.1e}" == "3.0e+00"
+    assert f"{t}" == str(t)

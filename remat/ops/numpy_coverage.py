@@ -9,6 +9,8 @@ elementwise), :mod:`~remat.ops.binary_ufuncs`, :mod:`~remat.ops.complex_parts`,
 :mod:`~remat.ops.statistics` (prod, var, std, sort, partition, select, linspace).
 """
 
+from typing import Any
+
 from .arrange import (
     array_split,
     atleast_1d,
@@ -220,6 +222,11 @@ METHODS = {
 PROPERTIES = {"real": real, "imag": imag}
 
 
+def _format(self: Any, spec: str) -> str:
+    """``f"{t:.3f}"``: a format spec applies to the value, as for a NumPy array (0-d ones)."""
+    return format(self._data, spec) if spec else str(self)
+
+
 def attach_numpy_methods(tensor_class: type) -> None:
     """Give Tensor NumPy's ndarray methods and properties from :data:`METHODS`.
 
@@ -232,5 +239,6 @@ def attach_numpy_methods(tensor_class: type) -> None:
         setattr(tensor_class, name, function)
     for name, function in PROPERTIES.items():
         setattr(tensor_class, name, property(function))
+    tensor_class.__format__ = _format  # type: ignore[assignment]
     tensor_class.__array_ufunc__ = array_ufunc  # type: ignore[attr-defined]
     tensor_class.__array_function__ = array_function  # type: ignore[attr-defined]
