@@ -72,6 +72,10 @@ CASES = {
         lambda x: rm.prod(x, axis=(0, 2)),
         [np.where(rng.random((3, 4, 2)) < 0.2, 0.0, r(3, 4, 2))],
     ),
+    "prod_others": (  # prod's VJP as an op of its own, differentiable to any order
+        lambda x: rm.ops.core.apply(rm.ops.statistics.PROD_OTHERS, (x,)),
+        [np.where(rng.random((2, 4)) < 0.2, 0.0, r(2, 4))],
+    ),
     "sort": (lambda x: rm.sort(x, axis=0), [distinct(3, 4)]),
     "partition": (lambda x: rm.partition(x, 2, axis=1), [distinct(3, 4)]),
     "linspace": (lambda a, b: rm.linspace(a, b, 5, axis=-1), [r(3), r(2, 1)]),
@@ -229,12 +233,18 @@ def test_primitive_gives_numpys_value(name):
         "cumsum": lambda x: np.cumsum(x, axis=-2),
         "prod": lambda x: np.prod(x, axis=(0, 2)),
         "sort": lambda x: np.sort(x, axis=0),
-        "partition": lambda x: np.sort(x, axis=1),  # (distinct values, kth=2 of 4: sorted here)
+        "partition": lambda x: np.sort(x, axis=1),
+        "prod_others": lambda x: np.array(
+            [[np.prod(np.delete(row, i)) for i in range(4)] for row in x]
+        ),  # (distinct values, kth=2 of 4: sorted here)
         "linspace": lambda a, b: np.linspace(a, b, 5, axis=-1),
-    }.get(name, getattr(np, name))
+    }.get(name) or getattr(np, name)
     got = fn(*inputs).numpy()
     if name == "partition":
         got = np.sort(got, axis=1)
+    if name == "prod_others":  # no NumPy function: products in another order
+        np.testing.assert_allclose(got, numpy_fn(*inputs), rtol=1e-15)
+        return
     assert np.array_equal(got, numpy_fn(*inputs))  # NumPy's own forward: the same bits
 
 
@@ -323,11 +333,11 @@ EXTREMES = {
         lambda x: 2.0**x * math.log(2),
     )
     + (1e-15, _none, "one libm call"),
-    "square": (rm.square, [-1e154, -1e-300, 0.5, 1e154], lambda x: x * x, lambda x: 2 * x)
+    "square": (rm.square, [-1e153, -1e-300, 0.5, 1e153], lambda x: x * x, lambda x: 2 * x)
     + (0.0, _none, "exact: one rounding"),
     "reciprocal": (
         rm.reciprocal,
-        [-1e-300, 1e-150, 0.5, 1e300],
+        [-1e-150, 1e-150, 0.5, 1e300],
         lambda x: 1 / x,
         lambda x: -1 / x / x,
     )
@@ -352,6 +362,7 @@ AUDITED_ELSEWHERE = {
     "partition": "no arithmetic: moves values",
     "cumsum": "one rounding per addition, as sum",
     "prod": "one rounding per product; zeros: test_prod_is_exact_at_zeros",
+    "prod_others": "prod's VJP, products only: test_prod_is_exact_at_zeros",
     "remainder": "NumPy's one operation; the slopes 1 and -floor(x / y)",
     "linspace": "one rounding per element; the slopes are the weights on the ends",
     "arctan2": "test_accuracy_functions_stay_finite_where_naive_forms_overflow",

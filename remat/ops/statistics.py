@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import backend
 from .arrange import ravel
 from .core import ShapeError, Tensor, apply, as_tensor, check_axis, defop
-from .either import call, raw
+from .either import raw
 from .elementwise import sqrt, where
 from .reduce import kept_axes, mean, normalize_axes
 from .reduce import sum as _sum
@@ -36,6 +36,38 @@ def _checked_axes(name: str, axis: int | tuple[int, ...], ndim: int) -> tuple[in
 
 
 # --- prod ---------------------------------------------------------------------------
+def _prod_others(rows):
+    """For each element along the last axis, the product of the others: running products
+    from either end, so exact at zeros (never prod / x)."""
+    if rows.shape[-1] == 0:
+        return xp.empty_like(rows)
+    ones = xp.ones_like(rows[..., :1])
+    left = xp.concatenate([ones, xp.cumprod(rows[..., :-1], axis=-1)], axis=-1)
+    right = xp.concatenate([xp.cumprod(rows[..., :0:-1], axis=-1)[..., ::-1], ones], axis=-1)
+    return left * right
+
+
+def _others_of(ns, rows):
+    """:func:`_prod_others` on arrays, and recorded (PROD_OTHERS) on Tensors: the same bits."""
+    return _prod_others(rows) if ns is backend.ARRAY_NAMESPACE else apply(PROD_OTHERS, (rows,))
+
+
+def _pairs(ns, rows):
+    """M[..., i, j]: the product of the elements other than i and j (0 where i = j), the
+    derivative of the others' products; (n, n) per row, made only to differentiate twice."""
+    alone = xp.eye(rows.shape[-1], dtype=bool)
+    return ns.where(alone, 0.0, _others_of(ns, ns.where(alone, 1.0, rows[..., None, :])))
+
+
+PROD_OTHERS = defop(
+    "prod_others",
+    _prod_others,
+    lambda ns, g, ans, rows: ns.sum(g[..., :, None] * _pairs(ns, rows), axis=-2),
+    needs=("0",),
+    jvps=(lambda ns, t, ans, rows: ns.sum(_pairs(ns, rows) * t[..., None, :], axis=-1),),
+)
+
+
 def _others(ns, x, axis):
     """For each element of x, the product of the other elements of its reduction."""
     axes = normalize_axes(axis, x.ndim)
@@ -46,17 +78,7 @@ def _others(ns, x, axis):
     for a in axes:
         n *= x.shape[a]
     rows = ns.reshape(moved, tuple(x.shape[a] for a in kept) + (n,))
-    if n == 0:
-        others = rows
-    elif ns is backend.ARRAY_NAMESPACE:  # running products from either end: O(n)
-        ones = xp.ones(rows.shape[:-1] + (1,), dtype=rows.dtype)
-        left = xp.concatenate([ones, xp.cumprod(rows[..., :-1], axis=-1)], axis=-1)
-        right = xp.concatenate([xp.cumprod(rows[..., :0:-1], axis=-1)[..., ::-1], ones], axis=-1)
-        others = left * right
-    else:  # differentiated: a recorded product with each element in turn set to 1
-        alone = xp.eye(n, dtype=bool)
-        others = call(ns, "prod", where(alone, 1.0, rows[..., None, :]), axis=-1)
-    back = ns.reshape(others, moved.shape)
+    back = ns.reshape(_others_of(ns, rows), moved.shape)
     if order == tuple(range(x.ndim)):
         return back
     return ns.transpose(back, tuple(int(a) for a in xp.argsort(order)))
