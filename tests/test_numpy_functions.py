@@ -646,3 +646,18 @@ def test_random_programs_of_the_new_functions_match_finite_differences(program, 
     scale = abs(run_program(program, rm.tensor(x0), rm.tensor(y0)).item())
     atol = 1e-4 + scale * 1e-9
     assert rm.gradcheck(lambda x, y: run_program(program, x, y), x0, y0, atol=atol, rtol=1e-3)
+
+
+def test_counts_and_axes_may_be_numpy_integers():
+    # np.int64 counts were refused (tile, roll, split: "not iterable"; diff, linspace:
+    # "must be an int")
+    x, i = r(3, 4), np.int64
+    np.testing.assert_array_equal(rm.tile(x, i(2)).numpy(), np.tile(x, 2))
+    np.testing.assert_array_equal(rm.roll(x, i(1), i(1)).numpy(), np.roll(x, 1, 1))
+    np.testing.assert_array_equal(rm.split(x, i(2), axis=1)[1].numpy(), np.split(x, 2, axis=1)[1])
+    np.testing.assert_array_equal(rm.diff(x, n=i(2)).numpy(), np.diff(x, n=2))
+    np.testing.assert_array_equal(rm.linspace(0.0, 1.0, i(3)).numpy(), np.linspace(0, 1, 3))
+    with pytest.raises(
+        TypeError, match=r"tile: reps must be an int or a sequence of ints, not 2.0"
+    ):
+        rm.tile(x, 2.0)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .. import backend
 from .core import ShapeError, Tensor, as_tensor, check_axis
+from .either import ints
 from .shape import broadcast_to, concatenate, reshape, transpose
 
 if TYPE_CHECKING:
@@ -25,7 +26,8 @@ xp = backend.xp
 
 def _axes(name: str, axis: int | Sequence[int], ndim: int) -> tuple[int, ...]:
     """``axis`` (an int or a tuple) as distinct axes in [0, ndim), or a ShapeError."""
-    given = (axis,) if isinstance(axis, int) else tuple(axis)
+    given = ints(name, "axis", axis)
+    given = (given,) if isinstance(given, int) else given
     axes = tuple(check_axis(name, a, ndim) for a in given)
     if len(set(axes)) != len(axes):
         raise ShapeError(f"{name}: axis {axis} repeats an axis")
@@ -40,6 +42,7 @@ def expand_dims(x: TensorLike, axis: int | Sequence[int]) -> Tensor:
     (1, 2, 3, 1)
     """
     x = as_tensor(x)
+    axis = ints("expand_dims", "axis", axis)
     count = 1 if isinstance(axis, int) else len(axis)
     axes = _axes("expand_dims", axis, x.ndim + count)
     sizes = iter(x.shape)
@@ -222,6 +225,7 @@ def array_split(
     x = as_tensor(x)
     axis = check_axis("array_split", axis, x.ndim)
     size = x.shape[axis]
+    indices_or_sections = ints("array_split", "indices_or_sections", indices_or_sections)
     if isinstance(indices_or_sections, int):
         n = indices_or_sections
         if n <= 0:
@@ -231,9 +235,9 @@ def array_split(
         for i in range(n):
             cuts.append(cuts[-1] + each + (1 if i < extra else 0))
     else:
-        cuts = [0, *(int(i) for i in indices_or_sections), size]
+        cuts = [0, *indices_or_sections, size]
     before = (slice(None),) * axis
-    return [x[before + (slice(a, max(a, b) if b >= 0 else b),)] for a, b in zip(cuts, cuts[1:])]
+    return [x[before + (slice(a, b),)] for a, b in zip(cuts, cuts[1:])]
 
 
 def split(x: TensorLike, indices_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
@@ -245,6 +249,7 @@ def split(x: TensorLike, indices_or_sections: int | Sequence[int], axis: int = 0
     [tensor([0., 1.]), tensor([2., 3.])]
     """
     x = as_tensor(x)
+    indices_or_sections = ints("split", "indices_or_sections", indices_or_sections)
     if isinstance(indices_or_sections, int):
         axis = check_axis("split", axis, x.ndim)
         n = indices_or_sections
@@ -394,8 +399,9 @@ def tile(x: TensorLike, reps: int | Sequence[int]) -> Tensor:
     tensor([1., 2., 1., 2.])
     """
     x = as_tensor(x)
-    counts = (reps,) if isinstance(reps, int) else tuple(reps)
-    if any(not isinstance(r, int) or r < 0 for r in counts):
+    given = ints("tile", "reps", reps)
+    counts = (given,) if isinstance(given, int) else given
+    if any(r < 0 for r in counts):
         raise ValueError(f"tile: reps must be ints >= 0; got {reps!r}")
     ndim = max(x.ndim, len(counts))
     counts = (1,) * (ndim - len(counts)) + counts

@@ -10,6 +10,7 @@ so that the rule is still written once.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from .. import backend
@@ -34,3 +35,23 @@ def raw(value: Any) -> Any:
     """The array of a Tensor (a constant inside a rule: a floor, a mask), else ``value``."""
     data = getattr(value, "_data", None)
     return value if data is None else data
+
+
+def ints(name: str, what: str, value: Any) -> Any:
+    """An integer (a NumPy one too) as an int, a sequence of them as a tuple of ints,
+    or a TypeError naming the function, the argument and the value.
+
+    >>> import numpy as np
+    >>> ints("tile", "reps", np.int64(2)), ints("tile", "reps", [1, np.int32(3)])
+    (2, (1, 3))
+    """
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    try:
+        return tuple(operator.index(v) for v in value)
+    except TypeError:
+        raise TypeError(
+            f"{name}: {what} must be an int or a sequence of ints, not {value!r}"
+        ) from None

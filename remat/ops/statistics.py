@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import backend
 from .arrange import ravel
 from .core import ShapeError, Tensor, apply, as_tensor, check_axis, defop
-from .either import raw
+from .either import ints, raw
 from .elementwise import sqrt, where
 from .reduce import kept_axes, mean, normalize_axes
 from .reduce import sum as _sum
@@ -32,7 +32,8 @@ xp = backend.xp
 
 def _checked_axes(name: str, axis: int | tuple[int, ...], ndim: int) -> tuple[int, ...]:
     """``axis`` as axes in [0, ndim), each checked before it wraps around."""
-    return tuple(check_axis(name, a, ndim) for a in ((axis,) if isinstance(axis, int) else axis))
+    given = ints(name, "axis", axis)
+    return tuple(check_axis(name, a, ndim) for a in ((given,) if isinstance(given, int) else given))
 
 
 # --- prod ---------------------------------------------------------------------------
@@ -228,7 +229,8 @@ def partition(x: TensorLike, kth: int | Sequence[int], axis: int | None = -1) ->
         raise ShapeError("partition: needs 1 or more axes; the tensor is 0-d")
     axis = check_axis("partition", axis, x.ndim)
     n = x.shape[axis]
-    kths = (kth,) if isinstance(kth, int) else tuple(int(k) for k in kth)
+    kth = ints("partition", "kth", kth)
+    kths = (kth,) if isinstance(kth, int) else kth
     if any(not -n <= k < n for k in kths):
         raise ShapeError(f"partition: kth {kth} is out of bounds for axis {axis} of length {n}")
     kw = {"axis": axis, "kth": kths if len(kths) > 1 else kths[0]}
@@ -304,6 +306,7 @@ def linspace(
     >>> rm.linspace(0.0, rm.tensor(1.0), 5)
     tensor([0.  , 0.25, 0.5 , 0.75, 1.  ])
     """
+    num = ints("linspace", "num", num)
     if not isinstance(num, int) or num < 0:
         raise ValueError(f"linspace: num must be an int >= 0, not {num!r}")
     shape = xp.broadcast_shapes(xp.shape(raw(start)), xp.shape(raw(stop)))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import backend
 from .core import ShapeError, Tensor, apply, as_tensor, check_axis, defop
-from .either import call
+from .either import call, ints
 from .shape import broadcast_to, concatenate, reshape
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ def roll(
     tensor([3., 1., 2.])
     """
     x = as_tensor(x)
-    shifts = shift if isinstance(shift, int) else tuple(int(s) for s in shift)
+    shifts = ints("roll", "shift", shift)
+    axis = None if axis is None else ints("roll", "axis", axis)
     if axis is None:
         if not isinstance(shifts, int):
             raise ShapeError(
@@ -188,6 +189,7 @@ def diff(
     x = as_tensor(x)
     if x.ndim == 0:
         raise ShapeError("diff: needs 1 or more axes; the tensor is 0-d")
+    n = ints("diff", "order n", n)
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"diff: order n must be an int >= 0, not {n!r}")
     axis = check_axis("diff", axis, x.ndim)
