@@ -140,7 +140,7 @@ def attach_methods(Tensor):
     Tensor.argmin = argmin
     Tensor.swapaxes = swapaxes
     Tensor.clip = clip
-    attach_numpy_methods(Tensor)  # NumPy's ndarray methods (issue 27)
+    attach_numpy_methods(Tensor, globals())  # NumPy's ndarray methods and dispatch (issue 27)
 
 
 __all__ = sorted(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from .core import SELF_ADJOINT, defop, make_binary, xp
-from .either import call, raw
+from .either import call, raw, recorded
 
 
 def _binary(name, forward, rule_x, rule_y, needs, doc):
@@ -146,3 +146,4 @@ remainder = _binary(
     """,
 )
 mod = remainder
+recorded(hypot)

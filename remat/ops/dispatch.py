@@ -60,16 +60,22 @@ IGNORED = {"kind", "stable", "optimize"}
 DATA_NAMES = {"a", "arrays", "tup", "ary", "array", "m", "f", "v", "x", "arr", "z", "val"}
 
 
-def _functions():
-    from .. import ops
+FUNCTIONS: dict[str, Any] = {}
+"""name -> remat's public function of that name (``rm.<name>``), given by :func:`install`."""
 
-    return ops
+
+def install(tensor_class: type, functions: dict[str, Any]) -> None:
+    """Make ``tensor_class`` answer NumPy's protocols with ``functions`` (remat.ops' names)."""
+    FUNCTIONS.update(
+        (name, f) for name, f in functions.items() if inspect.isfunction(f) and name[0] != "_"
+    )
+    tensor_class.__array_ufunc__ = array_ufunc  # type: ignore[attr-defined]
+    tensor_class.__array_function__ = array_function  # type: ignore[attr-defined]
 
 
 def _remat_function(name: str) -> Any:
     """remat's public function ``name`` (``rm.<name>``), or None."""
-    function = getattr(_functions(), name, None)
-    return function if inspect.isfunction(function) else None
+    return FUNCTIONS.get(name)
 
 
 def _needs_grad(values: Any) -> bool:

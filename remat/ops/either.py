@@ -5,15 +5,27 @@ A rule computes on raw arrays in an ordinary backward (``ns`` is
 itself differentiated.  The rules of the NumPy-coverage ops need functions the
 namespace does not list (``cosh``, ``roll``, ``cumsum``...): :func:`call`
 picks NumPy's on arrays and remat's own (recorded, differentiable) on Tensors,
-so that the rule is still written once.
+so that the rule is still written once.  The modules defining those functions
+list them in :data:`TENSOR_FUNCTIONS` (:func:`recorded`), so this module
+imports nothing of remat's ops above it.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 from .. import backend
+
+TENSOR_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+"""name -> remat's function of that name, for :func:`call` on Tensors."""
+
+
+def recorded(*functions: Callable[..., Any]) -> None:
+    """List remat functions that VJP rules call through :func:`call`."""
+    for function in functions:
+        TENSOR_FUNCTIONS[function.__name__] = function
 
 
 def call(ns: Any, name: str, *args: Any, **kw: Any) -> Any:
@@ -26,9 +38,7 @@ def call(ns: Any, name: str, *args: Any, **kw: Any) -> Any:
     """
     if ns is backend.ARRAY_NAMESPACE:
         return getattr(backend.xp, name)(*args, **kw)
-    from .. import ops  # loaded by now: a rule runs after every op is defined
-
-    return getattr(ops, name)(*args, **kw)
+    return TENSOR_FUNCTIONS[name](*args, **kw)
 
 
 def raw(value: Any) -> Any:

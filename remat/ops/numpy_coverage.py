@@ -55,7 +55,7 @@ from .complex_parts import (
     real,
     real_if_close,
 )
-from .dispatch import array_function, array_ufunc
+from .dispatch import install
 from .matrix import (
     cross,
     diag,
@@ -227,8 +227,9 @@ def _format(self: Any, spec: str) -> str:
     return format(self._data, spec) if spec else str(self)
 
 
-def attach_numpy_methods(tensor_class: type) -> None:
-    """Give Tensor NumPy's ndarray methods and properties from :data:`METHODS`.
+def attach_numpy_methods(tensor_class: type, functions: dict[str, Any]) -> None:
+    """Give Tensor NumPy's ndarray methods and properties from :data:`METHODS`, and
+    NumPy's dispatch to ``functions`` (remat.ops' namespace: :mod:`remat.ops.dispatch`).
 
     >>> import remat as rm
     >>> t = rm.tensor([[1.0], [3.0]])
@@ -240,5 +241,4 @@ def attach_numpy_methods(tensor_class: type) -> None:
     for name, function in PROPERTIES.items():
         setattr(tensor_class, name, property(function))
     tensor_class.__format__ = _format  # type: ignore[assignment]
-    tensor_class.__array_ufunc__ = array_ufunc  # type: ignore[attr-defined]
-    tensor_class.__array_function__ = array_function  # type: ignore[attr-defined]
+    install(tensor_class, functions)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import backend
 from .core import ShapeError, Tensor, apply, as_tensor, check_axis, defop
-from .either import call, ints
+from .either import call, ints, recorded
 from .shape import broadcast_to, concatenate, reshape
 
 if TYPE_CHECKING:
@@ -249,3 +249,6 @@ def gradient(
         last = (f[_along(a, slice(-1, None))] - f[_along(a, slice(-2, -1))]) / h
         out.append(concatenate([first, inner, last], axis=a))
     return out[0] if len(out) == 1 else out
+
+
+recorded(roll, pad, cumsum)

@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .core import SELF_ADJOINT, Tensor, as_tensor, defop, make_unary, unary, xp
-from .either import call
+from .either import call, recorded
 from .elementwise import abs, multiply
 from .shape import astype
 
@@ -282,6 +282,9 @@ def nan_to_num(
     tensor([1., 0., 9.])
     """
     return unary(NAN_TO_NUM, x, nan=nan, posinf=posinf, neginf=neginf)
+
+
+recorded(sinh, cosh)
 
 
 # --- compositions: exact with the primitives above ---------------------------------
