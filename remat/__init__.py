@@ -49,6 +49,7 @@ from .ops import (
     relu,
     reshape,
     sigmoid,
+    sign,  # issue 27: rm.sign beside the NumPy functions
     sin,
     softmax,
     sqrt,
@@ -61,6 +62,7 @@ from .ops import (
     transpose,
     where,
 )
+from .ops.numpy_coverage import *  # noqa: F403  (NumPy's functions, issue 27)
 from .selective import checkpoint_name, count_ops
 from .storage import DiskError
 from .tape import BackwardError, EscapeError, Record, Recorder, enable_grad, grad_enabled, no_grad

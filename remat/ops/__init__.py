@@ -5,6 +5,7 @@ the tests check each entry's gradient against finite differences.
 """
 
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from .. import backend
 from ..core.tape import use_tensor_namespace
@@ -31,6 +32,8 @@ from .elementwise import (
 from .index import getitem, scatter_add
 from .linalg import einsum, matmul
 from .nn import cross_entropy, gelu, layer_norm, log_softmax, relu, sigmoid, softmax
+from .numpy_coverage import *  # noqa: F403  (NumPy's functions, issue 27)
+from .numpy_coverage import attach_numpy_methods
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .shape import (
     astype,
@@ -43,9 +46,17 @@ from .shape import (
     transpose,
 )
 
+if TYPE_CHECKING:
+    from ..typing import TensorLike
 
-def sign(x):
-    """The sign of each element, as a constant (its derivative is zero almost everywhere)."""
+
+def sign(x: "TensorLike") -> Tensor:
+    """The sign of each element, as a constant (its derivative is zero almost everywhere).
+
+    >>> import remat as rm
+    >>> rm.sign(rm.tensor([-2.0, 0.0, 3.0]))
+    tensor([-1.,  0.,  1.])
+    """
     return Tensor._wrap(backend.sign(as_tensor(x)._data))
 
 
@@ -129,6 +140,9 @@ def attach_methods(Tensor):
     Tensor.astype = astype
     Tensor.argmax = argmax
     Tensor.argmin = argmin
+    Tensor.swapaxes = swapaxes
+    Tensor.clip = clip
+    attach_numpy_methods(Tensor, globals())  # NumPy's ndarray methods and dispatch (issue 27)
 
 
 attach_methods(Tensor)

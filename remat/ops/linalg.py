@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from .. import backend
 from .core import SHAPE_RULES, ShapeError, Variadic, apply, as_tensor, defop, make_binary, xp
+from .einsum_spec import expand_ellipsis
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -141,13 +142,17 @@ EINSUM = defop(
 
 
 def einsum(subscripts: str, *operands: TensorLike) -> Tensor:
-    """Einstein summation, as numpy.einsum (explicit or implicit output; no '...').
+    """Einstein summation, as numpy.einsum (explicit or implicit output; ``...`` for
+    leading axes, broadcast).
 
     >>> import remat as rm
     >>> rm.einsum("ij,j->i", rm.eye(2), rm.tensor([3.0, 4.0]))
     tensor([3., 4.])
+    >>> rm.einsum("...ij,...j->...i", rm.ones((5, 2, 3)), rm.ones(3)).shape
+    (5, 2)
     """
     tensors = [as_tensor(o) for o in operands]
+    subscripts = expand_ellipsis(subscripts, [t.ndim for t in tensors])  # issue 27
     terms, _ = _parse_einsum(subscripts, len(tensors))
     for term, t in zip(terms, tensors):
         if len(set(term)) != len(term) and t.requires_grad:

@@ -10,6 +10,8 @@ import numpy as np
 
 import remat as rm
 
+from .test_numpy_functions import CASES as NUMPY_CASES
+
 rng = np.random.default_rng(0)
 
 
@@ -71,6 +73,7 @@ CASES = {
     "to_device": (lambda x: rm.to_device(x, "cpu"), [r(3, 4)]),
     "astype": (lambda x: rm.astype(x, np.float64), [r(3, 4)]),
     "scatter_add": (lambda v: rm.ops.scatter_add((5, 2), np.array([1, 3, 1]), v), [r(3, 2)]),
+    **NUMPY_CASES,  # NumPy's functions (issue 27)
 }
 
 
