@@ -1,4 +1,4 @@
-"""Run every code example of the documentation pages: ``python docs/check_examples.py``.
+"""Run every code example of the docs pages and the README: ``python docs/check_examples.py``.
 
 Each page's fenced ``python`` blocks run in order in one namespace (a page is
 one session: later blocks use what earlier ones defined), in a fresh Python
@@ -74,6 +74,7 @@ def main() -> int:
         print(ran)
         return 1 if failures else 0
     pages = sorted(p for p in DOCS.rglob("*.md") if "api" not in p.relative_to(DOCS).parts)
+    pages.insert(0, DOCS.parent / "README.md")  # the README is a page too
     failed, total = 0, 0
     for page in pages:
         child = subprocess.run(
