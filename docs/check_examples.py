@@ -9,6 +9,11 @@ aside).  Any exception, or any printed output that differs, fails the check.
 The API pages (docs/api/) hold no examples of their own; the ``>>>``
 examples of the docstrings they render are run with doctest, in every module
 of the remat package.
+
+Why not a library: mktestdocs and pytest-markdown-docs run a page's fences (in
+one namespace, as here) but, as documented, compare no printed output, and
+sybil's code-block parser neither; what this check adds is exactly that, the ``text``
+block a ``python`` block prints, which would be a custom parser in any of them.
 """
 
 from __future__ import annotations
