@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(d for d in Path(__file__).resolve().parents if (d / "pyproject.toml").is_file())
 _spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
 hooks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hooks)
