@@ -38,6 +38,7 @@ MODULES = {
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEHIND = "## Where remat is behind"
+SUMMARY = "## Summary"  # the one-screen table above it, hand-written like BEHIND
 
 
 def run_benchmark(name, quick=False):
@@ -64,13 +65,14 @@ def write_results(command, new):
     """Record ``new`` ({name: markdown}) in RESULTS.md, keeping what was not rerun."""
     old = sections_of(RESULTS.read_text()) if RESULTS.exists() else {}
     behind = old.get(BEHIND[3:], f"{BEHIND}\n\n(to be written from the figures below)\n")
+    summary = old.get(SUMMARY[3:], f"{SUMMARY}\n\n(to be written from the figures below)\n")
     body = [new.get(name) or old.get(name) for name in MODULES]
     header = (
         f"# Benchmark results\n\nLast written by `{command}` on {time.strftime('%Y-%m-%d')}. "
         "README.md says what each benchmark measures and how.\n"
     )
     sections = [section.rstrip() + "\n" for section in body if section]
-    RESULTS.write_text("\n".join([header, behind, *sections]))
+    RESULTS.write_text("\n".join([header, summary, behind, *sections]))
 
 
 def main(argv=None):

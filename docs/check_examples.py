@@ -1,4 +1,4 @@
-"""Run every code example of the documentation pages: ``python docs/check_examples.py``.
+"""Run every code example of the docs pages and the README: ``python docs/check_examples.py``.
 
 Each page's fenced ``python`` blocks run in order in one namespace (a page is
 one session: later blocks use what earlier ones defined), in a fresh Python
@@ -9,6 +9,11 @@ aside).  Any exception, or any printed output that differs, fails the check.
 The API pages (docs/api/) hold no examples of their own; the ``>>>``
 examples of the docstrings they render are run with doctest, in every module
 of the remat package.
+
+Why not a library: mktestdocs and pytest-markdown-docs run a page's fences (in
+one namespace, as here) but, as documented, compare no printed output, and
+sybil's code-block parser neither; what this check adds is exactly that, the ``text``
+block a ``python`` block prints, which would be a custom parser in any of them.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ def main() -> int:
         print(ran)
         return 1 if failures else 0
     pages = sorted(p for p in DOCS.rglob("*.md") if "api" not in p.relative_to(DOCS).parts)
+    pages.insert(0, DOCS.parent / "README.md")  # the README is a page too
     failed, total = 0, 0
     for page in pages:
         child = subprocess.run(

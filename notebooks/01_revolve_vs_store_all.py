@@ -31,12 +31,13 @@
 #   wall time with them.
 #
 # Each claim is checked with an `assert`, so running the notebook is a test
-# (`tests/test_notebooks.py` runs it).
+# (`tests/tools/test_notebooks.py` runs it).
 
 # %%
 import gc
 import time
 import tracemalloc
+from io import BytesIO
 
 import matplotlib
 
@@ -44,13 +45,30 @@ if "inline" not in matplotlib.get_backend():
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+import PIL.Image
+from IPython.display import Image, display
 
 import remat as rm
 from remat import schedules
 from remat.plot import budget_curve, memory_timeline
 from remat.workloads import make_workload
 
-plt.rcParams["figure.dpi"] = 72  # small figures, so that the executed notebook stays small
+
+def show(fig, alt):
+    """Show ``fig`` as a PNG at 100 dpi, with ``alt`` saying what it shows.
+
+    The PNG keeps 256 colours (a plot has few), a third of the bytes, so that the
+    executed notebook stays small.
+    """
+    drawn, png = BytesIO(), BytesIO()
+    fig.savefig(drawn, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    PIL.Image.open(drawn).convert("RGB").quantize(256).save(png, format="png", optimize=True)
+    display(Image(png.getvalue(), alt=alt))
+
+
+PLAIN = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")  # 0.1, not 10⁻¹
+
 
 # %% [markdown]
 # ## The workload
@@ -206,8 +224,15 @@ names = [r["name"] for r in rows]
 COLORS = {"store_all": "tab:gray", "sqrt": "tab:orange", "revolve": "tab:red", "online": "tab:purple"}
 colors = [COLORS[name] for name in names]  # one colour per schedule, in every figure
 fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 3.6))
-left.bar(names, [r["stats"].peak_bytes / MiB for r in rows], color=colors)
+held = [r["stats"].peak_bytes / MiB for r in rows]
+left.scatter(range(len(names)), held, c=colors, s=80, zorder=3)  # dots: a log axis spans decades
+for i, mib in enumerate(held):
+    left.annotate(f"{mib:.2g}", (i, mib), xytext=(8, -3), textcoords="offset points", fontsize=8)
+left.set_xticks(range(len(names)), names)
+left.set_xlim(-0.5, len(names) - 0.5)
 left.set_yscale("log")
+left.set_ylim(min(held) / 2, max(held) * 2)
+left.yaxis.set_major_formatter(PLAIN)
 left.set_ylabel("MiB held by the loop (log)")
 middle.bar(names, [r["stats"].forward_steps for r in rows], color=colors)
 for i, name in enumerate(names):
@@ -221,7 +246,11 @@ right.bar(names, [r["seconds"] for r in rows], color=colors)
 right.set_ylabel("wall time, forward + backward (s)")
 fig.suptitle(f"resmlp, n = {N} steps, budget S = {S}")
 fig.tight_layout()
-plt.show()
+show(fig,
+     f"Three panels for resmlp, n = {N} steps, budget S = {S}, one mark per schedule "
+     "(store_all, sqrt, revolve, online): dots for the MiB held by the loop on a log scale, "
+     "bars for the step evaluations with the optimum marked, and bars for the wall time "
+     "of forward plus backward")
 
 # %% [markdown]
 # ## Memory over time
@@ -239,6 +268,7 @@ fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4))
 for r in rows:
     memory_timeline(r["tape"], ax=left, label=r["name"], color=COLORS[r["name"]])
 left.set_yscale("log")
+left.yaxis.set_major_formatter(PLAIN)
 left.set_title("every schedule (log scale)")
 memory_timeline(by["revolve"]["tape"], ax=right, label="revolve", color=COLORS["revolve"])
 right.axhline((S * work.state_bytes + step_tape) / MiB, ls="--", color="black",
@@ -248,7 +278,11 @@ right.legend(fontsize=8, frameon=False, loc="lower right")
 right.set_title(f"revolve, S = {S} (linear scale)")
 fig.suptitle("bytes held by the loop, after each step evaluation and schedule action")
 fig.tight_layout()
-plt.show()
+show(fig,
+     "Bytes held by the loop after each step evaluation and schedule action, against time "
+     "in step evaluations: left, every schedule on a log scale (store_all rises highest, "
+     "revolve and online stay lowest); right, revolve alone on a linear scale, never above "
+     f"the dashed line of {S} states plus one step tape")
 
 # %% [markdown]
 # ## Choosing the budget
@@ -286,6 +320,7 @@ budget_curve(N, [*range(3, 20), *range(20, N, 20), N - 1], ax=left)
 left.plot([s for s, _, _ in sweep], [st.forward_steps / N for _, st, _ in sweep],
           "kx", ms=9, label="measured by tape.stats")
 left.set_xscale("log")
+left.xaxis.set_major_formatter(PLAIN)
 left.legend(fontsize=8, frameon=False)
 right.plot([st.peak_bytes / MiB for _, st, _ in sweep], [t for _, _, t in sweep],
            "o-", color="tab:red", label="revolve")
@@ -297,12 +332,17 @@ for name, marker in (("store_all", "s"), ("sqrt", "D")):
     right.plot(r["stats"].peak_bytes / MiB, r["seconds"], marker, color="tab:gray",
                label=name)
 right.set_xscale("log")
+right.xaxis.set_major_formatter(PLAIN)
 right.set_xlabel("MiB held by the loop (log)")
 right.set_ylabel("wall time (s)")
 right.legend(fontsize=8, frameon=False)
 right.set_title("measured: memory against time")
 fig.tight_layout()
-plt.show()
+show(fig,
+     f"Left: step evaluations per step against the snapshot budget s for n = {N}: revolve, "
+     "simulated and measured by tape.stats, on the binomial optimum's line. Right: measured "
+     "wall time against MiB held for revolve at budgets from s = 4 to 999, falling as it "
+     "holds more, with store_all and sqrt as single points")
 
 # %% [markdown]
 # ## A budget in bytes
@@ -347,11 +387,16 @@ for name, color in (("revolve", "tab:red"), ("mixed", "tab:green"), ("optimal", 
     ax.plot([p[0] for p in pts], [p[2] for p in pts], "x--", color=color, alpha=0.6,
             label=f"{name}, predicted")
 ax.set_xscale("log")
+ax.xaxis.set_major_formatter(PLAIN)
+ax.xaxis.set_minor_formatter(PLAIN)
 ax.set_xlabel("memory budget (MiB, log)")
 ax.set_ylabel("forward + backward (s)")
 ax.legend(fontsize=7, frameon=False, ncol=2)
 fig.tight_layout()
-plt.show()
+show(fig,
+     "Forward plus backward time against the memory budget in MiB (log scale) for revolve, "
+     "mixed and the optimal plan, each measured (solid) and predicted (dashed): time falls "
+     "as the budget grows")
 
 # %% [markdown]
 # ## Summary

@@ -29,6 +29,7 @@
 
 # %%
 from functools import lru_cache
+from io import BytesIO
 from math import ceil, comb, log2
 
 import matplotlib
@@ -37,12 +38,26 @@ if "inline" not in matplotlib.get_backend():
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+import PIL.Image
+from IPython.display import Image, display
 
 import remat as rm
 from remat import schedules
 from remat.plot import schedule_diagram
 
-plt.rcParams["figure.dpi"] = 72  # small figures, so that the executed notebook stays small
+
+def show(fig, alt):
+    """Show ``fig`` as a PNG at 100 dpi, with ``alt`` saying what it shows.
+
+    The PNG keeps 256 colours (a plot has few), a third of the bytes, so that the
+    executed notebook stays small.
+    """
+    drawn, png = BytesIO(), BytesIO()
+    fig.savefig(drawn, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    PIL.Image.open(drawn).convert("RGB").quantize(256).save(png, format="png", optimize=True)
+    display(Image(png.getvalue(), alt=alt))
+
 
 # %% [markdown]
 # ## A schedule is a list of actions
@@ -90,7 +105,10 @@ schedule_diagram(schedules.Sqrt(n), ax=axes[0])
 schedule_diagram(schedules.Revolve(n, 3), ax=axes[1])
 schedule_diagram(schedules.Online(3), steps=n, ax=axes[2])
 fig.tight_layout()
-plt.show()
+show(fig,
+     f"Schedule diagrams for n = {n} steps, time across and step index up: sqrt, revolve "
+     "with 3 snapshots and online with 3 snapshots; squares store a state, blue lines "
+     "advance, green lines tape a step, red lines reverse it, dots restore")
 
 for sched, steps in ((schedules.StoreAll(n), None), (schedules.Sqrt(n), None),
                      (schedules.Revolve(n, 3), None), (schedules.Online(3), n)):
@@ -258,7 +276,11 @@ right.set_ylabel("states or step tapes held")
 right.set_title("memory: O(log n)")
 right.legend(fontsize=8, frameon=False)
 fig.tight_layout()
-plt.show()
+show(fig,
+     "Left: step evaluations per step against n from 2^4 to 2^14 for revolve with "
+     "s = ceil(log2 n), with its repetition number, under the bound 1 + log2 n. Right: "
+     "states or step tapes held against n on log axes: store-all n, sqrt about 2 sqrt(n), "
+     "revolve log2 n plus one tape")
 
 # %% [markdown]
 # ## Online vs offline
@@ -303,10 +325,14 @@ fig, ax = plt.subplots(figsize=(7, 3.5))
 for s in BUDGETS:
     ax.plot(LENGTHS, [grid[s, n] for n in LENGTHS], "o-", label=f"s = {s}")
 ax.set_xscale("log")
+ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
 ax.set_xlabel("n (unknown to the online schedule until the loop ends)")
 ax.set_ylabel("online / offline evaluations")
 ax.legend(fontsize=8, frameon=False)
-plt.show()
+show(fig,
+     "Online checkpointing's step evaluations over the offline optimum's, against the loop "
+     "length n (log scale), for s = 3, 5, 10 and 20 slots: every ratio within a few "
+     "percent of 1")
 
 # %% [markdown]
 # Not knowing `n` costs a few percent of recomputation on this grid, and no extra
@@ -400,7 +426,10 @@ print(f"{plan!r}: cost {plan.cost} = {sim.advances} advances + 2 x {sim.writes['
       f"writes + 2 x {sim.reads['disk']} reads")
 assert plan.cost == cost == 53
 two_level_diagram(plan)
-plt.show()
+show(plt.gcf(),
+     "TwoLevel schedule for 21 steps with 2 memory and 2 disk slots: the schedule diagram "
+     "with disk snapshots and restores marked, and under it a bar for each memory and "
+     "disk slot showing which state it holds and when")
 
 # %% [markdown]
 # ### The cost curve
@@ -424,7 +453,10 @@ ax.set_xlabel("disk slots d")
 ax.set_ylabel("extra cost / n (step evaluations)")
 ax.set_title(f"TwoLevel, n = {n}, s = {s} memory slots (dotted: unbounded disk)", fontsize=9)
 ax.legend(fontsize=8, frameon=False)
-plt.show()
+show(fig,
+     f"TwoLevel's extra step evaluations per step against the number of disk slots d, "
+     f"n = {n}, s = {s} memory slots, for write = read costs of 0.5, 2 and 8: each falls "
+     "towards its dotted line, the cost with unbounded disk")
 
 # %% [markdown]
 # `rm.Tape(snapshots=s, disk_snapshots=d)` runs this schedule for real: it measures one
@@ -507,4 +539,7 @@ for g, e in zip(recomputed, stored):
 print("store-all: ", all_stats)
 print("reversible:", rev_stats)
 schedule_diagram(schedules.Reversible(12, 3))
-plt.show()
+show(plt.gcf(),
+     "Reversible schedule for 12 steps with 3 snapshots: the forward sweep stores states, "
+     "and the backward sweep inverts each step (dashed) to recover the state before it "
+     "instead of recomputing it from a snapshot")

@@ -51,7 +51,7 @@ most at ``B + X``, and any run at ``tape.stats.peak_bytes + X``, with::
 
 Planning is not in ``X``: the planner's tables (:class:`remat.schedules.Optimal`)
 exist only while a plan is made, the first time a chain of that kind runs; the
-plan is then cached (``tests/test_memory_accounting.py`` checks the bound).
+plan is then cached (``tests/budgets/test_memory_accounting.py`` checks the bound).
 """
 
 from __future__ import annotations

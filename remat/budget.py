@@ -131,7 +131,7 @@ class Tape(Recorder):
     the values where taped runs meet: each taped step must return the state the
     next step was taped at, the last one the x_n of the forward (and a scan's
     y_i its first run's), so the gradient follows one trajectory of the taped
-    steps from x_0 to that x_n (:mod:`remat.replay`; its memory does not grow
+    steps from x_0 to that x_n (:mod:`remat.executor.replay`; its memory does not grow
     with n).  Values are compared by a CRC-32 of about 64 elements of each
     array, spaced by a prime stride, so it costs the same for any state size;
     ``check_replay="full"`` reads every element;

@@ -26,7 +26,7 @@ def generic_only() -> Iterator[None]:
     """Route every op through the generic :func:`remat.core.apply.apply` (all threads),
     for as long as the ``with`` lasts: the fast paths hand each op over, as they
     do while a selective frame watches evaluations.  Results, records and
-    gradients are the same bit for bit (``tests/test_generic_path.py``); only
+    gradients are the same bit for bit (``tests/core/test_generic_path.py``); only
     the per-op cost grows.
 
     >>> import remat as rm

@@ -3,7 +3,7 @@ shapes of call that dominate small-op programs.
 
 Each function here does exactly what ``apply`` does for its case, without the
 general path's work on operand lists, masks and keyword arguments; each says
-which benchmark line shows that it pays, and ``tests/test_generic_path.py``
+which benchmark line shows that it pays, and ``tests/core/test_generic_path.py``
 checks that every op gives the generic path's values, records and gradients
 bit for bit.  While anything watches op evaluations (``remat.selective``'s
 frames, or :func:`remat.engine.generic_only`), each hands its op to ``apply``,

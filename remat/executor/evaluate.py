@@ -155,7 +155,7 @@ class Stepper:
 
         The forward sweep evaluates the steps in order, so step i runs for the
         first time when ``i == self.reached``: what it gives then is learned.
-        The values of x_{i+1} are checked where taped runs meet (:mod:`remat.replay`);
+        The values of x_{i+1} are checked where taped runs meet (:mod:`remat.executor.replay`);
         those of y_i here, when step i is taped again (a CRC-32 a step, kept from its
         first run), since the gradient is made of the taped steps alone.
         """

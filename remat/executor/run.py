@@ -46,7 +46,7 @@ class ChainRun:
     :attr:`state` and ``position`` (read only), :meth:`move_to`,
     :meth:`carry_out`, :meth:`tape_of`, :meth:`seed`, :meth:`hold_with`,
     :meth:`spec_at`, :attr:`devices` and :meth:`release`; the rest is the run's
-    own (``tests/test_executor_interface.py`` holds them to it).
+    own (``tests/executor/test_executor_interface.py`` holds them to it).
     """
 
     HANDLERS: ClassVar[dict[Any, Callable[..., Any]]] = HANDLERS  # action type -> handler

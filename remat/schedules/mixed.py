@@ -27,7 +27,7 @@ at most ``s + 1``.  A "tape in a slot" is just a ``Tape(i, i + 1)`` whose
 
 Cost of planning: ``M`` is the programme of :class:`.Optimal` for a loop of
 identical steps with unit times and unit sizes at ``s + 1`` memory levels
-(``M(n, s) = D_n[s + 1]``; ``tests/test_schedules_optimal.py`` checks this
+(``M(n, s) = D_n[s + 1]``; ``tests/schedules/test_schedules_optimal.py`` checks this
 against the recursion above), so its table is
 :class:`remat.schedules.planning.LengthTable`'s: NumPy, ``O(s n^2 / 2)`` additions, once
 per ``(n, s)``; for ``s >= n - 1`` it is not needed.  Measured on this 2-core

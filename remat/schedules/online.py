@@ -40,7 +40,7 @@ The policy has three phases (``s`` counts the slot of ``x_0``):
    "store nothing" with "drop checkpoint ``j`` and store the current state",
    for every ``j``, by the cost of stopping one step later, and take the
    cheapest (O(s log r) work per step).  This is not covered by a proof;
-   measured over every ``n <= 10**5`` (see tests/test_schedules_online.py)
+   measured over every ``n <= 10**5`` (see tests/schedules/test_schedules_online.py)
    it stays within 2.2 % of the optimum for ``s = 30``, 2.6 % for
    ``s = 10`` and 7.6 % for ``s = 4`` once ``n > beta(s, 2)``, far inside
    the factor 1.5 the tests demand (for ``(n, s) = (10**4, 4)`` it needs

@@ -30,7 +30,7 @@ is taped from it, so a segment's checkpoints serve that segment alone.  This
 is the class in which rotor's programme is optimal; without the restriction
 the problem is NP-hard for rotor's model, and schedules that store a small
 state, use it for the steps to its right and drop it early can be faster
-(tests/test_schedules_optimal.py searches both classes exhaustively on small
+(tests/schedules/test_schedules_optimal.py searches both classes exhaustively on small
 chains).  Times are additive and sizes are as in :mod:`.costs` (an array
 shared by a slot and a tape counts twice, so the executor holds at most what
 is planned).  With ``reverse_time >= forward_time``, dropping tapes unused

@@ -49,7 +49,7 @@ after the other, so that its splits are two views added, as in the table of
 a row a segment; a class extended by two longer ones has its stack copied
 for the second.  Every sum and minimum is the same floating-point operation,
 in the same order, as in the table of a row a segment, so the values and the
-choices are identical bit for bit (``tests/test_planning_shared.py`` checks
+choices are identical bit for bit (``tests/schedules/test_planning_shared.py`` checks
 it against that table and against a plain recursion).  Work: ``sum over
 classes of (length - 1)`` splits, times the levels searched, instead of
 ``n^3 / 6``: about ``p n^2 / 2`` for a chain of period ``p``, a third of

@@ -1,4 +1,4 @@
-"""The replay check of checkpointed loops, chains and scans (remat.replay).
+"""The replay check of checkpointed loops, chains and scans (remat.executor.replay).
 
 A step recomputed in backward must give what it gave in the forward sweep, or
 the gradient is that of another function: the check refuses it with

@@ -248,7 +248,7 @@ def test_primitive_gives_numpys_value(name):
     assert np.array_equal(got, numpy_fn(*inputs))  # NumPy's own forward: the same bits
 
 
-# --- extreme inputs: merged into tests/test_extreme_inputs.py's audit --------------------
+# --- extreme inputs: merged into tests/ops/test_extreme_inputs.py's audit --------------------
 ULP = np.finfo(float).eps
 
 

@@ -27,7 +27,7 @@ LAYERS = [
     ["remat.ops", "remat.creation", "remat.random"],
     ["remat.functional"],
     ["remat.schedules"],
-    ["remat.executor", "remat.replay", "remat.alive", "remat.storage"],
+    ["remat.executor", "remat.alive", "remat.storage"],
     ["remat.graph"],
     ["remat.checkpoint", "remat.policies", "remat.budget", "remat.memory", "remat.measure"]
     + ["remat.disk", "remat.blockwise", "remat.optim", "remat.workloads"],  # the front ends
