@@ -5,7 +5,9 @@ are optional: a benchmark skips a missing one and says so, and this file
 passes with none of them installed.
 """
 
+import importlib
 import importlib.util
+import pathlib
 
 import pytest
 
@@ -118,3 +120,20 @@ def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
         runner.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_versus_times_two_checkouts_and_compares_their_gradients(capsys):
+    versus = importlib.import_module("benchmarks.versus")
+    here = str(pathlib.Path(__file__).resolve().parents[2])
+    versus.main([here, here, "--rounds", "1", "--repeats", "1", "--cases", "chain", "heat"])
+    out = capsys.readouterr().out
+    assert "| case | old ms | new ms | new/old (median of rounds) |" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| chain ", "| heat "))]
+    assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows)
+
+
+def test_versus_refuses_an_unknown_case(capsys):
+    versus = importlib.import_module("benchmarks.versus")
+    with pytest.raises(SystemExit):
+        versus.main([".", ".", "--cases", "nonsense"])
+    assert "unknown case(s) ['nonsense']" in capsys.readouterr().err
