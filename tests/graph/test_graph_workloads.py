@@ -141,6 +141,13 @@ def test_the_ode_says_when_it_takes_too_many_steps():
         w.forward()
 
 
+def test_the_ode_says_when_its_error_estimate_is_not_finite():
+    w = adaptive_ode(horizon=0.5, dim=2, batch=2)
+    y0, target = w.inputs
+    with pytest.raises(FloatingPointError, match=r"step 0 \(t = 0, .* error estimate of nan"):
+        w.loss(w.params, [y0 * float("nan"), target])
+
+
 def test_the_registry_builds_each_workload_by_name_and_size():
     assert make_graph_workload("unet", size=2).description.startswith("1-D U-Net, 2 levels")
     assert make_graph_workload("adaptive_ode", size=0.5, seed=3).name == "adaptive_ode"
