@@ -104,6 +104,7 @@ class GraphWorkload:
     notes: dict[str, Any] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Any]:
+        """``params, inputs, loss = workload``."""
         return iter((self.params, self.inputs, self.loss))
 
     def forward(self) -> Tensor:
@@ -138,7 +139,9 @@ class GraphWorkload:
         return loss.item(), [p.grad for p in self.params]
 
     def measure(self) -> GraphSize:
-        """Run the forward on a Recorder and count its records and saved bytes.
+        """Run the forward on a Recorder and count its records and saved bytes: what a
+        store-all tape holds when backward starts, the reference a graph budget is a
+        share of.
 
         >>> from remat.graph_workloads import unet
         >>> unet(levels=1, width=2, length=4, batch=1).measure()
@@ -486,6 +489,8 @@ def adaptive_ode(
     >>> w.measure(), w.notes
     (GraphSize(ops=383, saved_bytes=276872), {'accepted': 8, 'rejected': 0})
     """
+    if not horizon > 0:
+        raise ValueError(f"adaptive_ode: horizon {horizon} must be positive")
     rng = backend.default_rng(seed)
     param = _maker(rng, dtype)
     hidden = 2 * dim

@@ -155,3 +155,7 @@ def test_the_registry_builds_each_workload_by_name_and_size():
         make_graph_workload("vgg")
     with pytest.raises(ValueError, match="length 12 is not divisible by 2\\*\\*levels = 8"):
         unet(levels=3, length=12)
+    with pytest.raises(ValueError, match="length 12 is not divisible by 2\\*\\*\\(stages - 1\\)"):
+        resnet(stages=4, length=12)
+    with pytest.raises(ValueError, match="horizon 0.0 must be positive"):
+        adaptive_ode(horizon=0.0)
