@@ -21,7 +21,11 @@ They are what a graph rematerializer (DTR, an optimal plan) is measured on.
 
 Each builder is a deterministic function of its sizes and ``seed`` and returns
 a :class:`GraphWorkload`: the parameters, the inputs and a loss function
-``loss(params, inputs) -> Tensor`` (it unpacks as that triple).  A "convolution"
+``loss(params, inputs) -> Tensor`` (it unpacks as that triple).  Each loss
+is made of blocks (a U-Net level, a residual block, a transformer block, an
+attempted ODE step), and ``loss(params, inputs, wrap=rm.checkpoint)`` calls
+each block as ``wrap(block)(...)``: checkpointing placed by hand, block by
+block, the baseline a graph rematerializer is compared with.  A "convolution"
 is remat ops: zero padding, three shifted slices side by side
 (``concatenate``) and a ``matmul`` with a ``(3 c_in, c_out)`` kernel.  Pooling
 is a ``reshape`` and a ``mean`` over pairs, upsampling a ``repeat``.
@@ -61,7 +65,13 @@ from .ops import (
 from .tape import Recorder
 from .tensor import Tensor, tensor
 
-Loss = Callable[[Sequence[Tensor], Sequence[Tensor]], Tensor]
+Loss = Callable[..., Tensor]
+"""``loss(params, inputs, wrap=None) -> Tensor``."""
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]] | None
+
+
+def _wrapped(wrap: Wrap, block: Callable[..., Any]) -> Callable[..., Any]:
+    return block if wrap is None else wrap(block)
 
 
 class GraphSize(NamedTuple):
@@ -85,7 +95,8 @@ class GraphWorkload:
     ``params`` are leaf Tensors that require gradients, ``inputs`` the data
     (Tensors that do not); ``notes`` is what the last run of ``loss`` said of
     itself (the adaptive ODE's step counts).  It unpacks as
-    ``params, inputs, loss``.
+    ``params, inputs, loss``.  ``loss(params, inputs, wrap)`` calls each of its
+    blocks as ``wrap(block)``: ``wrap=rm.checkpoint`` checkpoints block by block.
 
     >>> import remat as rm
     >>> from remat.graph_workloads import unet
@@ -107,19 +118,25 @@ class GraphWorkload:
         """``params, inputs, loss = workload``."""
         return iter((self.params, self.inputs, self.loss))
 
-    def forward(self) -> Tensor:
-        """The loss of the workload's own parameters and inputs.
+    def forward(self, wrap: Wrap = None) -> Tensor:
+        """The loss of the workload's own parameters and inputs (each block called as
+        ``wrap(block)`` if ``wrap`` is given: ``rm.checkpoint``).
 
         >>> from remat.graph_workloads import resnet
         >>> w = resnet(stages=1, blocks=1, width=4, length=4, batch=2)
         >>> w.forward().item() == w.loss(w.params, w.inputs).item()
         True
         """
-        return self.loss(self.params, self.inputs)
+        if wrap is None:  # a loss of the user's may not take wrap
+            return self.loss(self.params, self.inputs)
+        return self.loss(self.params, self.inputs, wrap)
 
-    def loss_and_gradients(self, tape: Recorder | None = None) -> tuple[float, list[Any]]:
-        """Forward (inside ``tape`` if given: ``rm.Tape(...)``, a Recorder) and
-        backward; returns (loss value, [gradient of each parameter]).
+    def loss_and_gradients(
+        self, tape: Recorder | None = None, wrap: Wrap = None
+    ) -> tuple[float, list[Any]]:
+        """Forward (inside ``tape`` if given: ``rm.Tape(...)``, a Recorder; each block
+        wrapped by ``wrap`` if given) and backward; returns (loss value, [gradient of
+        each parameter]).
 
         >>> import remat as rm
         >>> from remat.graph_workloads import adaptive_ode
@@ -131,24 +148,25 @@ class GraphWorkload:
         for p in self.params:
             p.grad = None
         if tape is None:
-            loss = self.forward()
+            loss = self.forward(wrap)
         else:
             with tape:
-                loss = self.forward()
+                loss = self.forward(wrap)
         loss.backward()
         return loss.item(), [p.grad for p in self.params]
 
-    def measure(self) -> GraphSize:
+    def measure(self, wrap: Wrap = None) -> GraphSize:
         """Run the forward on a Recorder and count its records and saved bytes: what a
         store-all tape holds when backward starts, the reference a graph budget is a
-        share of.
+        share of (``wrap``: as :meth:`forward`; ``wrap=rm.checkpoint`` measures what
+        per-block checkpointing keeps).
 
         >>> from remat.graph_workloads import unet
         >>> unet(levels=1, width=2, length=4, batch=1).measure()
         GraphSize(ops=28, saved_bytes=1184)
         """
         with Recorder() as recorder:
-            loss = self.forward()
+            loss = self.forward(wrap)
         users = alive.buffers(t._data for t in (*self.params, *self.inputs))
         saved = alive.buffers(
             a for r in recorder.records for a in (*(r.args or ()), r.ans) if a is not None
@@ -206,8 +224,10 @@ def unet(
     more.  The decoder repeats each position twice, concatenates the skip of
     that level along the channels and convolves back to ``width * 2**i``.  A
     last ``matmul`` maps to ``channels``; the loss is the mean squared error to
-    the clean signal.  Level 0's features are made first and read last: every
-    skip is a long edge of the graph.
+    the clean signal.  The blocks (for ``wrap``) are each level's convolution
+    and GELU, the decoder's with its repeat and concatenation.  Level 0's
+    features are made first and read last: every skip is a long edge of the
+    graph.
 
     Measured at the default size (``unet().measure()``): 88 ops, 868 kB saved.
 
@@ -237,18 +257,23 @@ def unet(
     noisy = clean + 0.3 * rng.standard_normal(clean.shape)
     inputs = [tensor(noisy.astype(dtype)), tensor(clean.astype(dtype))]
 
-    def loss(params: Sequence[Tensor], inputs: Sequence[Tensor]) -> Tensor:
+    def down(w: Tensor, b: Tensor) -> Callable[[Tensor], Tensor]:
+        return lambda h: gelu(_conv(h, w, b))
+
+    def up(w: Tensor, b: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+        return lambda h, skip: gelu(_conv(concatenate([repeat(h, 2, axis=1), skip], axis=-1), w, b))
+
+    def loss(params: Sequence[Tensor], inputs: Sequence[Tensor], wrap: Wrap = None) -> Tensor:
         it = iter(params)
         h, target = inputs
         skips = []
         for i in range(levels):
-            h = gelu(_conv(h, next(it), next(it)))
+            h = _wrapped(wrap, down(next(it), next(it)))(h)
             skips.append(h)
             h = _pool(h)
-        h = gelu(_conv(h, next(it), next(it)))
+        h = _wrapped(wrap, down(next(it), next(it)))(h)
         for skip in reversed(skips):
-            h = concatenate([repeat(h, 2, axis=1), skip], axis=-1)
-            h = gelu(_conv(h, next(it), next(it)))
+            h = _wrapped(wrap, up(next(it), next(it)))(h, skip)
         out = h @ next(it) + next(it)
         return ((out - target) ** 2).mean()
 
@@ -280,7 +305,8 @@ def resnet(
     ``reshape`` of pairs side by side and a ``matmul``), the length halves and
     the width doubles, and the shortcut is a projection, the pooled ``h`` times
     a ``(c, 2 c)`` matrix.  The head averages over the length; the loss is the
-    cross-entropy of ``classes`` classes (each signal's frequency).
+    cross-entropy of ``classes`` classes (each signal's frequency).  The
+    blocks (for ``wrap``) are the residual blocks.
 
     Measured at the default size (``resnet().measure()``): 115 ops, 406 kB saved.
 
@@ -315,21 +341,31 @@ def resnet(
     )
     inputs = [tensor(signal.astype(dtype)), tensor(labels)]
 
-    def loss(params: Sequence[Tensor], inputs: Sequence[Tensor]) -> Tensor:
+    def downsampling(
+        w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, projection: Tensor
+    ) -> Callable[[Tensor], Tensor]:
+        def block(h: Tensor) -> Tensor:
+            y = relu(layer_norm(h))
+            b, n, c = y.shape
+            y = relu(reshape(y, (b, n // 2, 2 * c)) @ w1 + b1)
+            return _pool(h) @ projection + _conv(y, w2, b2)
+
+        return block
+
+    def residual(w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Callable[[Tensor], Tensor]:
+        return lambda h: h + _conv(relu(_conv(relu(layer_norm(h)), w1, b1)), w2, b2)
+
+    def loss(params: Sequence[Tensor], inputs: Sequence[Tensor], wrap: Wrap = None) -> Tensor:
         it = iter(params)
         h, labels = inputs
         h = _conv(h, next(it), next(it))
         for s in range(stages):
             for k in range(blocks):
-                y = relu(layer_norm(h))
                 if s > 0 and k == 0:
-                    b, n, c = y.shape
-                    y = relu(reshape(y, (b, n // 2, 2 * c)) @ next(it) + next(it))
-                    y = _conv(y, next(it), next(it))
-                    h = _pool(h) @ next(it) + y
+                    block = downsampling(*(next(it) for _ in range(5)))
                 else:
-                    y = relu(_conv(y, next(it), next(it)))
-                    h = h + _conv(y, next(it), next(it))
+                    block = residual(*(next(it) for _ in range(4)))
+                h = _wrapped(wrap, block)(h)
         logits = mean(h, axis=1) @ next(it) + next(it)
         return cross_entropy(logits, labels)
 
@@ -375,7 +411,8 @@ def transformer_ops(
     is bit for bit that workload's ``run_layers()``.  Each block reads the
     residual stream twice and the layer norms' and projections' outputs
     several times (queries, keys and values are slices of one product), so the
-    graph branches inside every block.
+    graph branches inside every block.  With ``wrap=rm.checkpoint`` it is
+    that workload's ``run_layers(rm.checkpoint)``.
 
     Measured at the default size (``transformer_ops().measure()``): 113 ops,
     2.72 MB saved.
@@ -389,13 +426,14 @@ def transformer_ops(
     causal = backend.causal_mask(context, dtype)
     per_block = len(_BLOCK_KEYS)
 
-    def loss(params: Sequence[Tensor], inputs: Sequence[Tensor]) -> Tensor:
+    def loss(params: Sequence[Tensor], inputs: Sequence[Tensor], wrap: Wrap = None) -> Tensor:
         table, position, *rest = params
         tokens, targets = inputs
         h = table[tokens] + position
         for i in range(blocks):
             p = dict(zip(_BLOCK_KEYS, rest[i * per_block : (i + 1) * per_block]))
-            h = workloads._block(p, batch, context, heads, width // heads, causal)(h)
+            block = workloads._block(p, batch, context, heads, width // heads, causal)
+            h = _wrapped(wrap, block)(h)
         ln_w, ln_b = rest[blocks * per_block :]
         return cross_entropy(layer_norm(h, ln_w, ln_b) @ transpose(table), targets)
 
@@ -416,11 +454,24 @@ def _rk23(
     atol: float,
     notes: dict[str, Any],
     max_steps: int,
+    wrap: Wrap,
 ) -> Tensor:
     """Integrate ``dy/dt = f(y)`` from 0 to ``horizon`` with Bogacki-Shampine's adaptive
     RK23 (first-same-as-last); steps are accepted while the error estimate's RMS, scaled
     by ``atol + rtol |y|``, is at most 1.  The step sizes are Tensors: the gradient
-    follows them through the error estimates, as it follows every value computed."""
+    follows them through the error estimates, as it follows every value computed.
+    An attempted step's stages and error estimate are one block (for ``wrap``)."""
+
+    def attempt(y: Tensor, k1: Tensor, h: Any) -> tuple[Tensor, Tensor, Tensor]:
+        k2 = f(y + (0.5 * h) * k1)
+        k3 = f(y + (0.75 * h) * k2)
+        y_new = y + h * ((2 / 9) * k1 + (1 / 3) * k2 + (4 / 9) * k3)
+        k4 = f(y_new)
+        error = h * ((-5 / 72) * k1 + (1 / 12) * k2 + (1 / 9) * k3 - 0.125 * k4)
+        scale = atol + rtol * maximum(absolute(y), absolute(y_new))
+        return y_new, k4, sqrt(mean((error / scale) ** 2))
+
+    step = _wrapped(wrap, attempt)
     t: Any = 0.0
     h: Any = 0.1 * horizon
     k1 = f(y)
@@ -435,13 +486,7 @@ def _rk23(
         last = float(t) + float(h) >= horizon
         if last:
             h = horizon - t
-        k2 = f(y + (0.5 * h) * k1)
-        k3 = f(y + (0.75 * h) * k2)
-        y_new = y + h * ((2 / 9) * k1 + (1 / 3) * k2 + (4 / 9) * k3)
-        k4 = f(y_new)
-        error = h * ((-5 / 72) * k1 + (1 / 12) * k2 + (1 / 9) * k3 - 0.125 * k4)
-        scale = atol + rtol * maximum(absolute(y), absolute(y_new))
-        norm = sqrt(mean((error / scale) ** 2))
+        y_new, k4, norm = step(y, k1, h)
         if not math.isfinite(float(norm)):
             raise FloatingPointError(
                 f"adaptive_ode: step {accepted + rejected} (t = {float(t):.6g}, step size "
@@ -503,10 +548,11 @@ def adaptive_ode(
     target = (0.5 * rng.standard_normal((batch, dim))).astype(dtype)
     notes: dict[str, Any] = {}
 
-    def loss(params: Sequence[Tensor], inputs: Sequence[Tensor]) -> Tensor:
+    def loss(params: Sequence[Tensor], inputs: Sequence[Tensor], wrap: Wrap = None) -> Tensor:
         w, b, v = params
         y0, target = inputs
-        y = _rk23(lambda y: tanh(y @ w + b) @ v, y0, horizon, rtol, atol, notes, max_steps)
+        f = lambda y: tanh(y @ w + b) @ v  # noqa: E731
+        y = _rk23(f, y0, horizon, rtol, atol, notes, max_steps, wrap)
         return ((y - target) ** 2).mean()
 
     return GraphWorkload(

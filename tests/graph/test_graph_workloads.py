@@ -89,6 +89,17 @@ def test_the_graph_is_not_a_chain(name):
     assert max(spans) >= 8
 
 
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_per_block_checkpoints_give_store_alls_gradients_bit_for_bit_and_keep_less(name):
+    w = TINY[name]()
+    loss, grads = w.loss_and_gradients()
+    notes = dict(w.notes)
+    again, grads_again = w.loss_and_gradients(rm.Tape(), wrap=rm.checkpoint)
+    assert again == loss and w.notes == notes
+    assert all(np.array_equal(a, b) for a, b in zip(grads, grads_again))
+    assert w.measure(wrap=rm.checkpoint).saved_bytes < w.measure().saved_bytes
+
+
 def test_measure_counts_records_and_saved_bytes_without_the_users_buffers():
     p = rm.tensor(np.array([0.1, 0.2, 0.3]), requires_grad=True)
     # sin saves p (the user's: not counted); multiply saves s twice, one buffer of 24
