@@ -14,6 +14,7 @@ import types
 import pytest
 
 import remat as rm
+import remat.graph_workloads
 import remat.memory
 import remat.plot
 import remat.typing
@@ -28,6 +29,7 @@ SUBMODULES = [
     rm.pytree,
     rm.typing,
     rm.workloads,
+    rm.graph_workloads,
     rm.policies,
 ]
 
