@@ -10,10 +10,19 @@ The API pages (docs/api/) hold no examples of their own; the ``>>>``
 examples of the docstrings they render are run with doctest, in every module
 of the remat package.
 
-Why not a library: mktestdocs and pytest-markdown-docs run a page's fences (in
-one namespace, as here) but, as documented, compare no printed output, and
-sybil's code-block parser neither; what this check adds is exactly that, the ``text``
-block a ``python`` block prints, which would be a custom parser in any of them.
+Why not a library (checked again in round 2): mktestdocs and pytest-markdown-docs
+run a page's fences (in one namespace, as here) but, as documented, compare no
+printed output.  sybil compares output only for doctest examples: its Markdown
+parser runs a ``python`` block that opens with ``>>>`` as a doctest, and any other
+block as code whose output goes unchecked (a block printing 5 above a ``text``
+block saying 6 passes).  Rewriting the pages as console sessions would let it check
+them, but the pages show scripts a reader copies and runs, and sybil runs every
+page in the one pytest process, so what a page prints would depend on the pages
+before it.  phmdoctest does pair a ``python`` block with the output block after
+it, but only an output block with no language named, runs each block as a test
+of its own unless an HTML comment before it shares its names, and writes a test
+file per page to run.  What this check adds is exactly the ``text`` block a
+``python`` block prints, which would be a custom parser in any of them.
 """
 
 from __future__ import annotations
