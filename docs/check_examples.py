@@ -22,7 +22,9 @@ before it.  phmdoctest does pair a ``python`` block with the output block after
 it, but only an output block with no language named, runs each block as a test
 of its own unless an HTML comment before it shares its names, and writes a test
 file per page to run.  What this check adds is exactly the ``text`` block a
-``python`` block prints, which would be a custom parser in any of them.
+``python`` block prints, which would be a custom parser in any of them; the
+blocks themselves are found by a library, markdown-it-py (jupytext's Markdown
+parser, also in the docs extra).
 """
 
 from __future__ import annotations
@@ -31,31 +33,32 @@ import contextlib
 import doctest
 import importlib
 import io
+import os
 import pkgutil
-import re
 import subprocess
 import sys
 import traceback
 from pathlib import Path
 
+from markdown_it import MarkdownIt
+
 DOCS = Path(__file__).resolve().parent
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 
 
 def blocks(text: str):
-    """(language, code, expected output or None, line) for each python block of a page."""
-    found = list(FENCE.finditer(text))
-    for k, match in enumerate(found):
-        language, code = match.group(1), match.group(2)
-        if language != "python":
+    """(code, expected output or None, line) for each python block of a page.
+
+    markdown-it-py finds the fenced blocks as CommonMark does, so that a block
+    inside a list item, or fenced with ``~~~``, runs too.
+    """
+    tokens = MarkdownIt("commonmark").parse(text)
+    for token, following in zip(tokens, tokens[1:] + [None]):
+        if token.type != "fence" or token.info.split()[:1] != ["python"]:
             continue
         expected = None
-        if k + 1 < len(found):
-            following = found[k + 1]
-            between = text[match.end() : following.start()]
-            if following.group(1) == "text" and not between.strip():
-                expected = following.group(2)
-        yield code, expected, text.count("\n", 0, match.start()) + 1
+        if following is not None and following.type == "fence":
+            expected = following.content if following.info.split()[:1] == ["text"] else None
+        yield token.content, expected, token.map[0] + 1
 
 
 def tidy(output: str) -> str:
@@ -68,7 +71,7 @@ def check_page(path: Path) -> tuple[int, list[str]]:
     for code, expected, line in blocks(path.read_text()):
         ran += 1
         out = io.StringIO()
-        where = f"{path.relative_to(DOCS.parent)}:{line}"
+        where = f"{os.path.relpath(path, DOCS.parent)}:{line}"
         try:
             with contextlib.redirect_stdout(out):
                 exec(compile(code, where, "exec"), namespace)
