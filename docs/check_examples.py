@@ -5,7 +5,9 @@ one session: later blocks use what earlier ones defined), in a fresh Python
 process of its own, so that what a page prints (record numbers, the random
 stream) does not depend on the pages before it.  A ``python`` block followed
 directly by a ``text`` block must print exactly that text (trailing spaces
-aside).  Any exception, or any printed output that differs, fails the check.
+aside).  Any exception, or any printed output that differs, fails the check,
+and so does a block fenced as ``py``, ``pycon`` or ``python3``, which would
+otherwise go unchecked.
 The API pages (docs/api/) hold no examples of their own; the ``>>>``
 examples of the docstrings they render are run with doctest, in every module
 of the remat package.
@@ -53,7 +55,10 @@ def blocks(text: str):
     """
     tokens = MarkdownIt("commonmark").parse(text)
     for token, following in zip(tokens, tokens[1:] + [None]):
-        if token.type != "fence" or token.info.split()[:1] != ["python"]:
+        language = (token.info.split() or [""])[0] if token.type == "fence" else ""
+        if language.startswith("py") and language != "python":  # would go unchecked
+            raise ValueError(f"line {token.map[0] + 1}: write ```python, not ```{language}")
+        if language != "python":
             continue
         expected = None
         if following is not None and following.type == "fence":
@@ -67,11 +72,15 @@ def tidy(output: str) -> str:
 
 def check_page(path: Path) -> tuple[int, list[str]]:
     namespace: dict = {"__name__": "__docs__"}
-    failures, ran = [], 0
-    for code, expected, line in blocks(path.read_text()):
+    failures, ran, page = [], 0, os.path.relpath(path, DOCS.parent)
+    try:
+        found = list(blocks(path.read_text()))
+    except ValueError as error:
+        return 0, [f"{page}: {error}"]
+    for code, expected, line in found:
         ran += 1
         out = io.StringIO()
-        where = f"{os.path.relpath(path, DOCS.parent)}:{line}"
+        where = f"{page}:{line}"
         try:
             with contextlib.redirect_stdout(out):
                 exec(compile(code, where, "exec"), namespace)

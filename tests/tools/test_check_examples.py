@@ -56,3 +56,13 @@ def test_a_page_fails_where_it_prints_other_than_it_shows(tmp_path):
     assert ran == 3
     assert len(failures) == 1
     assert "page.md:14: printed\n20\n" in failures[0] and "but the page shows\n21" in failures[0]
+
+
+# A block marked ```py (or pycon, python3) was skipped without a word.
+@pytest.mark.parametrize("language", ["py", "pycon", "python3"])
+def test_a_python_block_under_another_name_is_refused(language, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"# A page\n\n```{language}\nprint(1)\n```\n")
+    ran, failures = check_examples.check_page(page)
+    assert ran == 0 and len(failures) == 1
+    assert failures[0].endswith(f"page.md: line 3: write ```python, not ```{language}")
