@@ -5,15 +5,28 @@ one session: later blocks use what earlier ones defined), in a fresh Python
 process of its own, so that what a page prints (record numbers, the random
 stream) does not depend on the pages before it.  A ``python`` block followed
 directly by a ``text`` block must print exactly that text (trailing spaces
-aside).  Any exception, or any printed output that differs, fails the check.
+aside).  Any exception, or any printed output that differs, fails the check,
+and so does a block fenced as ``py``, ``pycon`` or ``python3``, which would
+otherwise go unchecked.
 The API pages (docs/api/) hold no examples of their own; the ``>>>``
 examples of the docstrings they render are run with doctest, in every module
 of the remat package.
 
-Why not a library: mktestdocs and pytest-markdown-docs run a page's fences (in
-one namespace, as here) but, as documented, compare no printed output, and
-sybil's code-block parser neither; what this check adds is exactly that, the ``text``
-block a ``python`` block prints, which would be a custom parser in any of them.
+Why not a library (checked again in round 2): mktestdocs and pytest-markdown-docs
+run a page's fences (in one namespace, as here) but, as documented, compare no
+printed output.  sybil compares output only for doctest examples: its Markdown
+parser runs a ``python`` block that opens with ``>>>`` as a doctest, and any other
+block as code whose output goes unchecked (a block printing 5 above a ``text``
+block saying 6 passes).  Rewriting the pages as console sessions would let it check
+them, but the pages show scripts a reader copies and runs, and sybil runs every
+page in the one pytest process, so what a page prints would depend on the pages
+before it.  phmdoctest does pair a ``python`` block with the output block after
+it, but only an output block with no language named, runs each block as a test
+of its own unless an HTML comment before it shares its names, and writes a test
+file per page to run.  What this check adds is exactly the ``text`` block a
+``python`` block prints, which would be a custom parser in any of them; the
+blocks themselves are found by a library, markdown-it-py (jupytext's Markdown
+parser, also in the docs extra).
 """
 
 from __future__ import annotations
@@ -22,31 +35,35 @@ import contextlib
 import doctest
 import importlib
 import io
+import os
 import pkgutil
-import re
 import subprocess
 import sys
 import traceback
 from pathlib import Path
 
+from markdown_it import MarkdownIt
+
 DOCS = Path(__file__).resolve().parent
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 
 
 def blocks(text: str):
-    """(language, code, expected output or None, line) for each python block of a page."""
-    found = list(FENCE.finditer(text))
-    for k, match in enumerate(found):
-        language, code = match.group(1), match.group(2)
+    """(code, expected output or None, line) for each python block of a page.
+
+    markdown-it-py finds the fenced blocks as CommonMark does, so that a block
+    inside a list item, or fenced with ``~~~``, runs too.
+    """
+    tokens = MarkdownIt("commonmark").parse(text)
+    for token, following in zip(tokens, tokens[1:] + [None]):
+        language = (token.info.split() or [""])[0] if token.type == "fence" else ""
+        if language.startswith("py") and language != "python":  # would go unchecked
+            raise ValueError(f"line {token.map[0] + 1}: write ```python, not ```{language}")
         if language != "python":
             continue
         expected = None
-        if k + 1 < len(found):
-            following = found[k + 1]
-            between = text[match.end() : following.start()]
-            if following.group(1) == "text" and not between.strip():
-                expected = following.group(2)
-        yield code, expected, text.count("\n", 0, match.start()) + 1
+        if following is not None and following.type == "fence":
+            expected = following.content if following.info.split()[:1] == ["text"] else None
+        yield token.content, expected, token.map[0] + 1
 
 
 def tidy(output: str) -> str:
@@ -55,11 +72,15 @@ def tidy(output: str) -> str:
 
 def check_page(path: Path) -> tuple[int, list[str]]:
     namespace: dict = {"__name__": "__docs__"}
-    failures, ran = [], 0
-    for code, expected, line in blocks(path.read_text()):
+    failures, ran, page = [], 0, os.path.relpath(path, DOCS.parent)
+    try:
+        found = list(blocks(path.read_text()))
+    except ValueError as error:
+        return 0, [f"{page}: {error}"]
+    for code, expected, line in found:
         ran += 1
         out = io.StringIO()
-        where = f"{path.relative_to(DOCS.parent)}:{line}"
+        where = f"{page}:{line}"
         try:
             with contextlib.redirect_stdout(out):
                 exec(compile(code, where, "exec"), namespace)

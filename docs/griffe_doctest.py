@@ -6,6 +6,13 @@ they are.  Markdown would read the ``>`` as quotation marks; this extension
 wraps each such block that is not already an indented literal block in a
 fenced ``pycon`` block when the API pages are built.  It changes what the
 site shows, not the docstrings.
+
+Why not griffe's own handling: its Google and NumPy parsers make code of ``>>>``
+lines only inside an ``Examples:`` section, and its Sphinx parser reads field
+lists only.  remat's docstrings put their examples (over 700 ``>>>`` lines) in
+the text, mostly right under the summary, with no such section; a griffe
+extension is the way griffe's maintainers point to for rewriting docstrings
+(mkdocstrings discussion 596).
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ figures with ``IPython.display.Image(png, alt=...)``, which keeps the text in th
 output's metadata, but nbconvert's HTML template drops it and writes "No
 description has been provided for this image" instead.  A figure without alt text
 fails the build.
+
+No library does these: griffe's Sphinx parser reads the field lists only and
+leaves inline roles as text, mkdocs has no check for a prompt rendered as
+quotation, and mkdocs-jupyter renders through nbconvert's template, which has no
+option for alt text.
 """
 
 import json

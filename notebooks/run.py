@@ -11,12 +11,24 @@ outputs, so that a browser shows the figures.  After editing a ``.py`` file
 ``tests/tools/test_notebooks.py`` uses the same functions: it executes every source
 and checks that each committed ``.ipynb`` holds exactly its source's cells,
 executed in order, and stays small.
+
+The work is the libraries': jupytext reads the sources, nbclient executes them on
+ipykernel's kernel for this interpreter, nbformat validates and writes.  What is
+left here is what none of them does in one call.  ``jupytext --to ipynb --execute``
+runs nbconvert's executor with no cell timeout, on whichever ``python3`` kernelspec
+the Jupyter path finds first, in the notebooks' own folder, and writes the kernel's
+version details and jupytext's metadata into the notebook; papermill and nbmake
+(a pytest plugin) also pick the kernel by name from that search, and execute the
+``.ipynb`` rather than its source.  A kernel found by name can be another
+environment's, or one whose editable install is another checkout: the notebooks
+would then test other code without a word.  So this script pins the kernel to this
+interpreter and this checkout, runs each notebook in a scratch copy of its folder,
+and gives every cell a fixed id, so that rerunning a notebook changes only its
+outputs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shutil
 import sys
@@ -26,6 +38,8 @@ from pathlib import Path
 import jupytext
 import nbclient
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -50,54 +64,29 @@ def read_source(path):
     return nb
 
 
-@contextlib.contextmanager
-def this_interpreter():
-    """A ``python3`` kernel that is this interpreter, found before any other.
-
-    So that a ``python3`` kernelspec installed elsewhere (another environment's)
-    cannot be picked up, and remat is importable from this checkout.
-    """
-    saved = {name: os.environ.get(name) for name in ("JUPYTER_PATH", "PYTHONPATH", "IPYTHONDIR")}
-    with tempfile.TemporaryDirectory() as scratch:
-        spec_dir = Path(scratch, "jupyter", "kernels", "python3")
-        spec_dir.mkdir(parents=True)
-        spec = {
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (this interpreter)",
-            "language": "python",
-        }
-        (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
-
-        def prepend(name, path):
-            os.environ[name] = os.pathsep.join([path, *([saved[name]] if saved[name] else [])])
-
-        prepend("JUPYTER_PATH", str(Path(scratch, "jupyter")))
-        prepend("PYTHONPATH", str(ROOT))
-        os.environ["IPYTHONDIR"] = str(Path(scratch, "ipython"))
-        try:
-            yield "python3"
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-
-
 def execute(nb, workdir):
-    """Run ``nb`` in place, in ``workdir``, on this interpreter.
+    """Run ``nb`` in place, in ``workdir``, on this interpreter, with remat from this checkout.
 
-    Raises ``nbclient.exceptions.CellExecutionError`` with the failing cell's
-    source and traceback.
+    The kernel is ipykernel's own ``python3`` spec, which runs this interpreter:
+    jupyter_client finds it when it searches no kernel directory, so that a
+    ``python3`` kernelspec installed elsewhere (another environment's) cannot be
+    picked up.  ``PYTHONPATH`` puts this checkout first, and a scratch
+    ``IPYTHONDIR`` keeps the user's IPython profile out.  Raises
+    ``nbclient.exceptions.CellExecutionError`` with the failing cell's source and
+    traceback.
     """
-    with this_interpreter() as kernel:
+    native = KernelSpecManager(kernel_dirs=[])
+    kernel = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=native)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory() as ipython_dir:
+        env = {**os.environ, "PYTHONPATH": path, "IPYTHONDIR": ipython_dir}
         nbclient.NotebookClient(
             nb,
+            km=kernel,
             timeout=CELL_TIMEOUT,
-            kernel_name=kernel,
             record_timing=False,
             resources={"metadata": {"path": str(workdir)}},
-        ).execute()
+        ).execute(cleanup_kc=True, env=env)  # a kernel it was given: stop it all the same
     nb.metadata["language_info"] = {"name": "python"}  # not the kernel's version details
     return nb
 

@@ -279,6 +279,10 @@ def compare_schedules(args, out):
     return 1 if failures else 0
 
 
+# The tables here, in curve.py and in blocks.py are f-strings, not tabulate or rich:
+# the `remat` command comes with the core install, whose one dependency is NumPy, so
+# a table library could only be an optional extra, with these same f-strings kept
+# for the install without it: two ways to print one table, to save about ten lines.
 def _compare_table(rows, args, description, failures, out):
     tape = bytes_column(rows, "tape_peak_bytes")
     traced = bytes_column(rows, "traced_peak_bytes")

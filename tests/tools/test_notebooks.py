@@ -11,6 +11,7 @@ claim fails here with the cell's traceback.
 """
 
 import importlib.util
+import json
 import re
 import shutil
 import sys
@@ -97,3 +98,21 @@ def test_notebook_runs(source, tmp_path):
     if failure is not None:
         pytest.fail(f"{source.name} failed:\n{failure}", pytrace=False)
     print(f"{source.name}: executed in {time.perf_counter() - start:.1f} s")
+
+
+# The kernel must be this interpreter with remat from this checkout, whatever
+# python3 kernelspec the Jupyter path holds: else the notebooks test other code.
+def test_the_kernel_is_this_interpreter_and_this_checkout(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "jupyter" / "kernels" / "python3"
+    elsewhere.mkdir(parents=True)
+    spec = {"argv": ["/bin/false", "{connection_file}"], "display_name": "x", "language": "python"}
+    (elsewhere / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": kernelspec})
+    nb.cells.append(
+        nbformat.v4.new_code_cell("import sys, remat\nprint(sys.executable)\nprint(remat.__file__)")
+    )
+    run.execute(nb, tmp_path)
+    printed = nb.cells[0].outputs[0]["text"].splitlines()
+    assert printed == [sys.executable, str(ROOT / "remat" / "__init__.py")]
