@@ -27,6 +27,7 @@ from . import backend, policies, schedules
 from . import disk as _disk
 from . import memory as _memory
 from .executor import Chain, LoopError, LoopStats, run_chain
+from .graph import dtr as _dtr
 from .pytree import flatten
 from .schedules.arguments import require_count
 from .storage import DiskError
@@ -177,6 +178,15 @@ class Tape(Recorder):
     ``tape.loop(..., inverse=inv)`` reverses a loop of invertible steps by
     recomputing its states backwards, on any tape (see :meth:`loop`).
 
+    ``remat="dtr"`` (with ``memory=m``) keeps whatever code runs inside the tape
+    within ``m`` bytes of saved values by dynamic rematerialization
+    (:mod:`remat.graph.dtr`): saved values are evicted when the budget would be
+    passed and recomputed when backward needs them; ``tape.stats`` is then a
+    :class:`remat.graph.DTRStats`.  ``remat=remat.graph.DTR(heuristic)`` picks
+    the eviction heuristic.  Loops, chains, scans and ``rm.checkpoint`` inside
+    such a tape, and ``snapshots=``, ``schedule=``, ``policy=``,
+    ``disk_snapshots=`` with it, are refused.
+
     A tape keeps every record made on it, and a chain's record keeps its
     snapshots until the chain is reversed: evaluate without gradients under
     ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.
@@ -202,8 +212,15 @@ class Tape(Recorder):
         memory: int | str | None = None,
         disk_snapshots: int | None = None,
         disk_dir: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
+        remat: str | _dtr.DTR | None = None,
     ) -> None:
         super().__init__()
+        dtr = None  # remat="dtr": memory= is DTR's budget, not the loops'
+        if remat is not None:
+            dtr, dtr_budget = _dtr.resolve(
+                remat, memory, snapshots, schedule, policy, disk_snapshots
+            )
+            memory = None
         self.byte_limit = self.memory_schedule = None
         self.disk_snapshots = None
         self.disk_dir = _check_disk_dir(disk_dir, disk_snapshots, schedule)
@@ -231,11 +248,27 @@ class Tape(Recorder):
             )
         self.check_replay = check_replay
         self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)
+        self.dtr_cache = None if dtr is None else _dtr.Cache(dtr_budget, dtr, check_replay)
+        if dtr is not None:
+            self.records = _dtr.Records()  # refuses a loop's or checkpoint's record
 
     @property
-    def stats(self) -> LoopStats:
-        """Counts of the chains run on this tape, added up (see :class:`LoopStats`)."""
+    def stats(self) -> Any:
+        """Counts of the chains run on this tape, added up (see :class:`LoopStats`);
+        under ``remat="dtr"`` what DTR did (:class:`remat.graph.DTRStats`)."""
+        if self.dtr_cache is not None:
+            return self.dtr_cache.stats
         return LoopStats.combine(self.loops)
+
+    def __enter__(self) -> Tape:
+        if self.dtr_cache is not None:
+            _dtr.entered()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.dtr_cache is not None:
+            _dtr.exited()
+        return super().__exit__(*exc)
 
     def __repr__(self) -> str:
         kept = "" if self.recompute is None else f", policy={self.recompute!r}"
@@ -287,29 +320,9 @@ class Tape(Recorder):
         >>> h.sum().backward(); tape.stats.steps, x.grad
         (5, array([0.03125, 0.03125]))
         """
-        if not callable(step):
-            raise TypeError(f"tape.loop: step must be callable, got {step!r}")
-        if (steps is None) == (until is None):
-            raise ValueError("tape.loop: pass exactly one of steps= (a known length) or until=")
-        if steps is not None:
-            steps = require_count("tape.loop", "steps", steps, minimum=0)
-        if max_steps is not None:
-            if until is None:
-                raise ValueError(
-                    "tape.loop: max_steps= caps a loop run with until=; not with steps="
-                )
-            max_steps = require_count("tape.loop", "max_steps", max_steps)
-        if until is not None and not callable(until):
-            raise TypeError(f"tape.loop: until must be a predicate state -> bool, got {until!r}")
-        if inverse is not None:
-            if not callable(inverse):
-                raise TypeError(
-                    f"tape.loop: inverse must be a function x_(i+1) -> x_i, got {inverse!r}"
-                )
-            if until is not None:
-                raise ValueError(
-                    "tape.loop: inverse= needs a loop of known length (steps=); not until="
-                )
+        if self.dtr_cache is not None:
+            raise _dtr.refuse("tape.loop")
+        steps, max_steps = _check_loop_args(step, steps, until, max_steps, inverse)
         _check_state("tape.loop", state)
         if steps == 0:
             return state
@@ -388,6 +401,8 @@ class Tape(Recorder):
         >>> out.sum().backward(); x.grad
         array([2., 2., 2., 2.])
         """
+        if self.dtr_cache is not None:
+            raise _dtr.refuse("tape.chain")
         try:
             functions = list(functions)
         except TypeError:
@@ -434,21 +449,11 @@ class Tape(Recorder):
         >>> (total + partial.sum()).backward(); xs.grad
         array([6., 5., 4.])
         """
+        if self.dtr_cache is not None:
+            raise _dtr.refuse("tape.scan")
         if not callable(f):
             raise TypeError(f"tape.scan: f must be callable, got {f!r}")
-        leaves, xs_tree = flatten(xs, lambda v: isinstance(v, Tensor) or backend.is_array(v))
-        if not leaves:
-            raise ValueError("tape.scan: xs has no Tensor or array in it; nothing to scan over")
-        tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in leaves]
-        lengths = {t.shape[0] if t.ndim else None for t in tensors}
-        if None in lengths or len(lengths) != 1:
-            raise ValueError(
-                "tape.scan: every leaf of xs needs the same leading axis to scan over; got "
-                f"shapes {', '.join(str(t.shape) for t in tensors)}"
-            )
-        n = lengths.pop()
-        if n == 0:
-            raise ValueError("tape.scan: xs has a leading axis of length 0; nothing to scan")
+        tensors, xs_tree, n = _scan_inputs(xs)
         nodes = tuple(t.node or None for t in tensors)
 
         def call(i, carry, x):
@@ -477,6 +482,50 @@ class Tape(Recorder):
         schedule = self.policy.offline(n, "tape.scan")
         # ys is None when every y is
         return run_chain(self, chain, init, schedule, max_steps=_online_end(schedule, n))
+
+
+def _check_loop_args(step, steps, until, max_steps, inverse):
+    """tape.loop's arguments checked: ``(steps, max_steps)`` as counts, or a clear error."""
+    if not callable(step):
+        raise TypeError(f"tape.loop: step must be callable, got {step!r}")
+    if (steps is None) == (until is None):
+        raise ValueError("tape.loop: pass exactly one of steps= (a known length) or until=")
+    if steps is not None:
+        steps = require_count("tape.loop", "steps", steps, minimum=0)
+    if max_steps is not None:
+        if until is None:
+            raise ValueError("tape.loop: max_steps= caps a loop run with until=; not with steps=")
+        max_steps = require_count("tape.loop", "max_steps", max_steps)
+    if until is not None and not callable(until):
+        raise TypeError(f"tape.loop: until must be a predicate state -> bool, got {until!r}")
+    if inverse is not None:
+        if not callable(inverse):
+            raise TypeError(
+                f"tape.loop: inverse must be a function x_(i+1) -> x_i, got {inverse!r}"
+            )
+        if until is not None:
+            raise ValueError(
+                "tape.loop: inverse= needs a loop of known length (steps=); not until="
+            )
+    return steps, max_steps
+
+
+def _scan_inputs(xs):
+    """The leaves of a scan's ``xs`` as Tensors, its tree and their common length."""
+    leaves, xs_tree = flatten(xs, lambda v: isinstance(v, Tensor) or backend.is_array(v))
+    if not leaves:
+        raise ValueError("tape.scan: xs has no Tensor or array in it; nothing to scan over")
+    tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in leaves]
+    lengths = {t.shape[0] if t.ndim else None for t in tensors}
+    if None in lengths or len(lengths) != 1:
+        raise ValueError(
+            "tape.scan: every leaf of xs needs the same leading axis to scan over; got "
+            f"shapes {', '.join(str(t.shape) for t in tensors)}"
+        )
+    n = lengths.pop()
+    if n == 0:
+        raise ValueError("tape.scan: xs has a leading axis of length 0; nothing to scan")
+    return tensors, xs_tree, n
 
 
 def _disk_policy(snapshots, schedule, memory, disk_snapshots):

@@ -629,6 +629,13 @@ def _freed_error(record):
     )
 
 
+# HOOK (issue 26, remat.graph.dtr): called as BEFORE_VJP(record) by every reverse sweep
+# before it reads a record's saved values (args, ans) for its VJP, so that values a
+# Tape(remat="dtr") evicted are put back.  None (the default) costs one test per
+# record reversed; set only while a DTR tape's cache is alive.
+BEFORE_VJP = None
+
+
 def unbroadcast(ns, g, shape):
     """Sum a cotangent over the axes that broadcasting added or stretched."""
     extra = g.ndim - len(shape)
@@ -722,6 +729,7 @@ class Sweep:
         heap, ns, push, pop = self.heap, self.ns, heapq.heappush, heapq.heappop
         graph, retain, floor = self.create_graph, self.retain_graph, self.floor
         own, oldest, verified = self.RECORD, guard.OLDEST, {}
+        before_vjp = BEFORE_VJP  # the DTR hook (above)
         # One waiting record is kept out of the heap, in `held`, so that in a chain
         # of ops the heap stays empty (bench_core's chain); each turn takes the
         # latest of `held` and the heap's top, as the heap alone would.
@@ -740,6 +748,8 @@ class Sweep:
                 parents = record.parents
                 if parents is None:
                     raise _freed_error(record)
+                if before_vjp is not None:
+                    before_vjp(record)
                 if record.checks is not None or record.seq < oldest[0]:
                     record.check_saved(verified)  # something it saved was handed out: intact?
                 op = record.op

@@ -52,6 +52,12 @@ xp = backend.xp
 OPS: dict[str, Op] = {}
 """name -> Op: every differentiable primitive, in one table."""
 
+# HOOK (issue 26, remat.graph.dtr): called as ON_RECORD(record, inputs, forward_kw, out)
+# right after an op made a Record, with the arrays (or numbers) its forward read and
+# the keywords it ran with, so that the op can be evaluated again.  None (the
+# default) costs one test per recorded op; set only while a Tape(remat="dtr") is open.
+ON_RECORD: Callable[[Record, Any, Any, Any], None] | None = None
+
 
 class ShapeError(ValueError):
     """An op was given arrays whose shapes do not fit together.
@@ -251,7 +257,10 @@ def unary(op, x, **kw):
         )
         if WATCHED:
             _guard(record)
-        return Tensor._from_record(out, record)
+        t = Tensor._from_record(out, record)
+        if ON_RECORD is not None:
+            ON_RECORD(record, (data,), kw, out)
+        return t
     if node is not None and not node and GRAD_ENABLED.get():
         check_step_value(op.name, node)
     return Tensor._from_record(out, STEP.get())
@@ -319,6 +328,8 @@ def make_unary(op: Op, doc: str | None = None) -> Callable[[TensorLike], Tensor]
             )
             if keep_x and WATCHED:
                 _guard(record)
+            if ON_RECORD is not None:
+                ON_RECORD(record, (data,), None, out)
             return t
         if node is not None and not node and grad_enabled():
             check_step_value(op.name, node)
@@ -448,6 +459,8 @@ def make_binary(op: Op, doc: str | None = None) -> Callable[[TensorLike, TensorL
                     (keep_a and type(da) not in scalars) or (keep_b and type(db) not in scalars)
                 ):  # an array is saved while something is watched: the benchmark line's cost
                     _guard(record)
+                if ON_RECORD is not None:
+                    ON_RECORD(record, (da, db), None, out)
                 return t
         t.node = step()
         return t
@@ -503,7 +516,10 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     record = Record(op, nodes, saved, out if keep_ans else None, kw, out.shape)
     if WATCHED:
         _guard(record)
-    return Tensor._from_record(out, record)
+    t = Tensor._from_record(out, record)
+    if ON_RECORD is not None:
+        ON_RECORD(record, datas, forward_kw, out)
+    return t
 
 
 def dual_apply(op, inputs, forward_kw=None, rule_kw=None):
