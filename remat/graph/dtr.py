@@ -26,7 +26,17 @@ array an op read that is neither a leaf nor a value of this tape: nothing
 could remake it), and the values a recomputation holds while it runs.
 ``tape.stats.peak_bytes`` is the most counted at once, never above ``m``.
 Not counted: the op being evaluated (its inputs and output before it is
-recorded), values user code holds that no record saves, cotangents.
+recorded), values user code holds that no record saves, cotangents.  So a
+run traced by tracemalloc from before the forward to after the backward peaks
+at most at ``m + X`` with ``X = 4 V + 2 G + U + c``: ``V`` the largest value
+(an op's inputs, output and temporaries, in backward a cotangent and its VJP's
+temporaries), ``G`` the parameters' bytes (their gradients, summed as they
+arrive), ``U`` what user code holds that no record saves, and ``c`` Python's
+objects, 64 KiB and 1 KiB a record (``tests/test_dtr.py`` checks it).
+
+Too small a budget raises a MemoryError at the op where the values that cannot be
+evicted (held by user code, read by the op being computed, or constants) pass
+it, naming how many bytes they take: the least that can work there.
 
 Random numbers: ``rm.random`` draws are constants, not ops, so a recipe
 keeps the drawn array and a recomputation reads the same numbers.  Every
@@ -384,13 +394,14 @@ class Cache:
         self.stats.evictions += 1
 
     def _too_small(self, adding, record):
+        need = self.bytes + adding
         return MemoryError(
-            f"rm.Tape(memory={self.limit}, remat='dtr'): after op `{record.op.name}` (output "
-            f"shape {record.shape}, step {self.clock}) the tape must hold {self.bytes + adding} "
-            "bytes at once: the values user code still holds (or an op being computed reads) "
-            "that its records save, the constants its ops read, and what this op saves; none "
-            f"of it can be evicted. Give memory= at least {self.bytes + adding} bytes, or hold "
-            "fewer values (let go of Tensors you no longer need)"
+            f"rm.Tape(memory={self.limit}, remat='dtr'): at op `{record.op.name}` (output "
+            f"shape {record.shape}; op {self.stats.ops} recorded on this tape) the tape must "
+            f"hold {need} bytes at once, none of which can be evicted: the values user code "
+            "still holds (or an op being computed reads) that its records save, the "
+            "constants its ops read, and what this op saves. Give memory= at least "
+            f"{need} bytes, or hold fewer values (let go of Tensors you no longer need)"
         )
 
     # --- backward -----------------------------------------------------------------
@@ -532,7 +543,7 @@ class Cache:
 # --- the hooks --------------------------------------------------------------------
 
 _lock = threading.Lock()
-_open = [0]  # DTR tapes open now (ON_RECORD is set while any is)
+_open = [0, 0]  # DTR tapes open now (ON_RECORD is set while any is); caches alive
 _caches: weakref.WeakSet[Cache] = weakref.WeakSet()  # alive (BEFORE_VJP is set while any is)
 
 
@@ -555,13 +566,15 @@ def _before_vjp(record):
 def _alive(cache):
     with _lock:
         _caches.add(cache)
+        _open[1] += 1
         _tape.BEFORE_VJP = _before_vjp
     weakref.finalize(cache, _gone)
 
 
 def _gone():
     with _lock:
-        if not _caches:
+        _open[1] -= 1
+        if _open[1] == 0:
             _tape.BEFORE_VJP = None
 
 
