@@ -185,23 +185,24 @@ class Value:
     __slots__ = (
         "cache", "record", "op", "kwargs", "inputs", "ref", "slots", "saves", "users",
         "cost", "size", "last", "evicted", "print", "shape", "dtype", "checks", "pinned",
+        "__weakref__",
     )  # fmt: skip
 
     def __init__(
         self, cache: Cache, record: Record, kwargs: Any, inputs: tuple, out: Any, cost: float
     ) -> None:
-        self.cache = cache
+        self.cache: Cache | None = None  # while evicted: so that the cache outlives the tape
         self.record = record
         self.op = record.op
         self.kwargs = kwargs
         self.inputs = inputs
         self.ref = weakref.ref(out)
         self.slots: list[tuple[Record, int]] = []
-        self.saves: list[tuple[Value, int]] = []
-        self.users: list[Value] = []
+        self.saves: list[tuple[Value | None, int]] = []  # None: this value itself (no cycle)
+        self.users: list[weakref.ref[Value]] = []  # the values made from this one
         self.cost = cost
         self.size = backend.memory_owner(out).nbytes  # its buffer's bytes
-        self.last = cache.clock
+        self.last = cache.clock  # (the cache itself is kept only while evicted)
         self.evicted = False
         self.print: int | None = None  # the replay fingerprint taken when evicted
         self.shape, self.dtype = out.shape, out.dtype
@@ -216,8 +217,9 @@ class Value:
         while frontier and len(seen) < limit:
             nxt = []
             for w in frontier:
-                for u in (*(x for x in w.inputs if type(x) is Value), *w.users):
-                    if id(u) in seen or u.ref() is not None:
+                users = (r() for r in w.users)
+                for u in (*(x for x in w.inputs if type(x) is Value), *users):
+                    if u is None or id(u) in seen or u.ref() is not None:
                         continue
                     seen.add(id(u))
                     total += u.cost
@@ -325,17 +327,19 @@ class Cache:
                 u.last = self.clock
                 if not u.evicted:
                     self.resident[id(u)] = u
+        readers = weakref.ref(v)
         for u in inputs:
-            if type(u) is Value and v not in u.users:
-                u.users.append(v)
+            if type(u) is Value:
+                u.users.append(readers)
         if record.ans is not None:
             v.slots.append((record, -1))
-            v.saves.append((v, -1))
+            v.saves.append((None, -1))
             held.append(out)
             self.resident[id(v)] = v
         self.values[id(record)] = v
         self.stats.ops += 1
-        self.make_room(self.adding(held), record)
+        if self.bytes + sum(a.nbytes for a in held) > self.limit:  # else fits, even undeduplicated
+            self.make_room(self.adding(held), record)
         for a in held:
             self.hold(a)
         self.time = time.perf_counter()
@@ -390,6 +394,7 @@ class Cache:
             _set_slot(record, i, v)
             self.release(a)
         v.evicted = True
+        v.cache = self
         del self.resident[id(v)]
         self.stats.evictions += 1
 
@@ -417,6 +422,7 @@ class Cache:
         self.clock += 1
         keep = []  # held here, so that bringing one back does not evict another
         for u, _ in v.saves:
+            u = u or v
             u.last = self.clock
             if u.evicted:
                 keep.append(self.materialize(u))
@@ -431,6 +437,7 @@ class Cache:
         """Backward released v's record: uncount what its slots held, pin v itself
         (its record can no longer remake it)."""
         for u, i in v.saves:
+            u = u or v
             u.slots.remove((v.record, i))
             if not u.evicted:
                 a = u.ref()
@@ -534,6 +541,7 @@ class Cache:
             _set_slot(record, i, out)
             self.hold(out)
         w.evicted = False
+        w.cache = None
         w.print = None
         w.last = self.clock
         if w.slots:
