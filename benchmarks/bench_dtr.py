@@ -72,9 +72,7 @@ def bench(name, params, forward, repeats):
     for share in (0.5, 0.33):
         for h in HEURISTICS:
             budget = int(full * share)
-            makers[f"DTR {h}, {share:.0%}"] = lambda b=budget, h=h: rm.Tape(
-                memory=b, remat=DTR(h)
-            )
+            makers[f"DTR {h}, {share:.0%}"] = lambda b=budget, h=h: rm.Tape(memory=b, remat=DTR(h))
     stats, rows = {}, []
     for label, make in list(makers.items()):
         try:
