@@ -292,6 +292,31 @@ def test_rm_grad_inside_a_dtr_tape():
     assert tape.stats.evictions > 0 and tape.stats.peak_bytes <= budget
 
 
+def test_rm_grad_of_rm_grad_inside_a_dtr_tape():
+    rng = np.random.default_rng(3)
+    ws = [rng.standard_normal((16, 16)) * 0.3 for _ in range(6)]
+    x0, v = rng.standard_normal((8, 16)), rng.standard_normal((8, 16))
+
+    def f(x):
+        h = x
+        for w in ws:
+            h = rm.tanh(h @ w) + h * 0.5
+        return (h * h).sum()
+
+    def hvp(x):  # the gradient of <grad f, v>: a backward that is itself recorded
+        return rm.grad(lambda y: (rm.grad(f)(y) * v).sum())(x)
+
+    expected = hvp(x0)
+
+    def attempt(budget):
+        with rm.Tape(memory=budget, remat="dtr") as tape:
+            return hvp(x0), tape
+
+    budget, (got, tape) = fitting(attempt, 30000)
+    np.testing.assert_array_equal(got, expected)
+    assert tape.stats.evictions > 0 and tape.stats.peak_bytes <= budget
+
+
 def test_backward_twice_with_retain_graph():
     ws, forward = mlp(layers=6)
     expected = train(rm.Tape(), ws, forward)
