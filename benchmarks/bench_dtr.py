@@ -73,12 +73,13 @@ def bench(name, params, forward, repeats):
         for h in HEURISTICS:
             budget = int(full * share)
             makers[f"DTR {h}, {share:.0%}"] = lambda b=budget, h=h: rm.Tape(memory=b, remat=DTR(h))
-    stats, rows = {}, []
+    stats, rows, too_small = {}, [], []
     for label, make in list(makers.items()):
         try:
             grads, tape = step(make, params, forward)
         except MemoryError as error:  # too tight for this program: say so, time the others
-            rows.append([label, "too small: " + str(error).split("Give ")[1][:40], "", "", ""])
+            least = str(error).split("at least ")[1].split(" bytes")[0]
+            too_small.append([label, f"too small: needs {least} B", "", "", "", ""])
             del makers[label]
             continue
         for g, e in zip(grads, expected):
@@ -102,6 +103,7 @@ def bench(name, params, forward, repeats):
                 f"{s.peak_bytes / full:.0%}" if dtr else "100%",
             ]
         )
+    rows += too_small
     head = f"### {name} (store-all saves {full / 2**20:.2f} MiB, counted by buffer)\n\n"
     return head + table(
         ["tape", "ms", "vs store-all", "recomputed ops", "evictions", "peak / store-all"], rows
