@@ -184,7 +184,7 @@ class Value:
 
     __slots__ = (
         "cache", "record", "op", "kwargs", "inputs", "ref", "slots", "saves", "users",
-        "cost", "size", "last", "evicted", "print", "shape", "dtype", "checks", "pinned",
+        "cost", "size", "last", "evicted", "print", "shape", "dtype", "checks", "pinned", "consts",
         "__weakref__",
     )  # fmt: skip
 
@@ -208,6 +208,7 @@ class Value:
         self.shape, self.dtype = out.shape, out.dtype
         self.checks = None  # guard fingerprints of the constants it reads
         self.pinned = False  # its record was released: it can no longer be remade
+        self.consts: tuple = ()  # the arrays it reads that are counted as constants
 
     def evicted_neighbourhood_cost(self, limit: int = 32) -> float:
         """The cost of the values next to this one (inputs and readers, transitively)
@@ -315,6 +316,7 @@ class Cache:
                 else:
                     consts.append(d)
         v = Value(self, record, kwargs, tuple(inputs), out, now - self.time)
+        v.consts = tuple(consts)
         if consts and guard.WATCHED:
             v.checks = guard.checks([None if type(u) is Value else u for u in v.inputs])
         held = list(consts)
@@ -445,10 +447,9 @@ class Cache:
                     self.release(a)
             if not u.slots:
                 self.resident.pop(id(u), None)
-        for u in v.inputs:
-            if type(u) is not Value and backend.is_array(u):
-                self.release(u)  # a constant it kept (a leaf's buffer is not counted)
-        v.inputs = ()
+        for a in v.consts:
+            self.release(a)
+        v.inputs = v.consts = ()
         v.pinned = True
         self.resident.pop(id(v), None)
         self.values.pop(id(v.record), None)
