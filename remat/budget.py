@@ -132,7 +132,14 @@ class Tape(Recorder):
         dtr = None  # remat="dtr": memory= is DTR's budget, not the loops'
         if remat is not None:
             dtr, dtr_budget = _dtr.resolve(
-                remat, memory, snapshots, schedule, policy, disk_snapshots
+                remat,
+                memory,
+                snapshots=snapshots,
+                schedule=schedule,
+                policy=policy,
+                disk_snapshots=disk_snapshots,
+                trace=trace,
+                snapshot_device=snapshot_device,
             )
             memory = None
         self.byte_limit = self.memory_schedule = None

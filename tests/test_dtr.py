@@ -380,6 +380,8 @@ def test_forms_dtr_does_not_run_are_refused_at_once(form):
         ({"remat": "dtr", "memory": 100, "schedule": "revolve"}, "schedule='revolve'"),
         ({"remat": "dtr", "memory": 100, "policy": rm.policies.save_nothing}, "policy="),
         ({"remat": "dtr", "memory": 100, "disk_snapshots": 1}, "disk_snapshots=1"),
+        ({"remat": "dtr", "memory": 100, "trace": True}, "trace=True"),
+        ({"remat": "dtr", "memory": 100, "snapshot_device": "cpu"}, "snapshot_device='cpu'"),
         ({"remat": "lru", "memory": 100}, "must be 'dtr'"),
     ],
 )

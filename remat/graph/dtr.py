@@ -109,9 +109,7 @@ class DTR:
         return f"DTR({self.name!r})"
 
 
-def resolve(
-    remat: Any, memory: Any, snapshots: Any, schedule: Any, policy: Any, disk_snapshots: Any
-) -> tuple[DTR, int]:
+def resolve(remat: Any, memory: Any, **loop_options: Any) -> tuple[DTR, int]:
     """``(DTR, budget in bytes)`` for ``rm.Tape(remat=..., memory=...)``, refusing what it
     does not combine with."""
     if remat == "dtr":
@@ -129,13 +127,8 @@ def resolve(
         raise ValueError(
             "Tape: remat='dtr' keeps the saved values within a byte budget: pass memory="
         )
-    for name, value in (
-        ("snapshots", snapshots),
-        ("schedule", schedule),
-        ("policy", policy),
-        ("disk_snapshots", disk_snapshots),
-    ):
-        if value is not None:
+    for name, value in loop_options.items():  # options of loops (None or False: not given)
+        if value is not None and value is not False:
             raise ValueError(
                 f"Tape: remat='dtr' with {name}={value!r} is not supported: DTR evicts and "
                 f"recomputes single ops under memory= alone; drop {name}= (or drop remat= to "
