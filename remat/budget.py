@@ -26,6 +26,7 @@ from . import disk as _disk
 from . import memory as _memory
 from .executor import Chain, LoopError, LoopStats, run_chain
 from .graph import dtr as _dtr
+from .graph import options as _dtr_options
 from .pytree import flatten
 from .schedules.arguments import require_count
 from .tape import Recorder
@@ -126,12 +127,12 @@ class Tape(Recorder):
         memory: int | str | None = None,
         disk_snapshots: int | None = None,
         disk_dir: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
-        remat: str | _dtr.DTR | None = None,
+        remat: str | _dtr_options.DTR | None = None,
     ) -> None:
         super().__init__()
         dtr = None  # remat="dtr": memory= is DTR's budget, not the loops'
         if remat is not None:
-            dtr, dtr_budget = _dtr.resolve(
+            dtr, dtr_budget = _dtr_options.resolve(
                 remat,
                 memory,
                 snapshots=snapshots,
@@ -242,7 +243,7 @@ class Tape(Recorder):
         (5, array([0.03125, 0.03125]))
         """
         if self.dtr_cache is not None:
-            raise _dtr.refuse("tape.loop")
+            raise _dtr_options.refuse("tape.loop")
         steps, max_steps = _check_loop_args(step, steps, until, max_steps, inverse)
         _check_state("tape.loop", state)
         if steps == 0:
@@ -303,7 +304,7 @@ class Tape(Recorder):
         array([2., 2., 2., 2.])
         """
         if self.dtr_cache is not None:
-            raise _dtr.refuse("tape.chain")
+            raise _dtr_options.refuse("tape.chain")
         try:
             functions = list(functions)
         except TypeError:
@@ -351,7 +352,7 @@ class Tape(Recorder):
         array([6., 5., 4.])
         """
         if self.dtr_cache is not None:
-            raise _dtr.refuse("tape.scan")
+            raise _dtr_options.refuse("tape.scan")
         if not callable(f):
             raise TypeError(f"tape.scan: f must be callable, got {f!r}")
         tensors, xs_tree, n = _scan_inputs(xs)

@@ -4,10 +4,12 @@
   ``rm.Tape(memory=m, remat="dtr")`` (or ``remat=DTR(heuristic)``): saved
   values are evicted when the budget would be passed and recomputed from
   their inputs when needed;
-* :mod:`remat.graph.heuristics`: which value goes first.
+* :mod:`remat.graph.heuristics`: which value goes first;
+* :mod:`remat.graph.options`: what ``remat=`` takes (:class:`DTR`), and
+  ``tape.stats`` of a DTR tape (:class:`DTRStats`).
 """
 
-from .dtr import DTR, DTRStats
 from .heuristics import HEURISTICS, Heuristic
+from .options import DTR, DTRStats
 
 __all__ = ["DTR", "DTRStats", "HEURISTICS", "Heuristic"]
