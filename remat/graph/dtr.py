@@ -67,9 +67,10 @@ from ..tape import OPEN_TAPE, BackwardError, Leaf, Record
 from .heuristics import Heuristic
 from .options import DTR, DTRStats, refuse
 
-SAMPLE = 64
-"""Candidates scored per eviction: all of them up to this many, else a sample this large
-(the paper's sampling; a full scan follows when no sampled value can be freed)."""
+SAMPLE = 32
+"""Candidates scored per eviction: all of them up to this many, else this many drawn at
+random (with replacement; the paper samples about sqrt(n)); a full scan follows when no
+value drawn can be freed."""
 
 
 class Value:
@@ -268,9 +269,10 @@ class Cache:
         resident = list(self.resident.values())
         if not resident:
             return None
-        score, now = self.heuristic, self.clock
+        score = getattr(self.heuristic, "score", self.heuristic)  # a Heuristic's, uncalled
+        now, n, draw = self.clock, len(resident), self.rng.random
         for pool in (
-            self.rng.sample(resident, SAMPLE) if len(resident) > SAMPLE else resident,
+            [resident[int(draw() * n)] for _ in range(SAMPLE)] if n > SAMPLE else resident,
             resident,
         ):
             best, best_score = None, 0.0
