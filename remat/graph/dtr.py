@@ -240,16 +240,21 @@ class Cache:
             self.resident[id(v)] = v
         self.values[id(record)] = v
         self.stats.ops += 1
-        if self.bytes + sum(a.nbytes for a in held) > self.limit:  # else fits, even undeduplicated
-            self.make_room(self.adding(held), record)
+        upper = sum(a.nbytes if a.base is None else self._owner(a).nbytes for a in held)
+        if self.bytes + upper > self.limit:  # else it fits, counting each buffer as new
+            self.make_room(held, record)
         for a in held:
             self.hold(a)
         self.time = time.perf_counter()
 
     # --- eviction -----------------------------------------------------------------
-    def make_room(self, adding: int, record: Record) -> None:
-        """Evict until ``adding`` more bytes fit in the budget."""
-        while self.bytes + adding > self.limit:
+    def make_room(self, arrays: list, record: Record) -> None:
+        """Evict until holding ``arrays`` fits in the budget.  What they add is counted
+        again after each eviction: evicting a view may uncount the buffer of one of them."""
+        while True:
+            adding = self.adding(arrays)
+            if self.bytes + adding <= self.limit:
+                return
             v = self._choose()
             if v is None:
                 raise self._too_small(adding, record)
@@ -378,8 +383,12 @@ class Cache:
                     if arr is None:
                         todo.append(u)
                     else:
-                        have[id(u)] = arr
-                        self.hold(arr)
+                        have[id(u)] = arr  # held here: no eviction can take it now
+        # the inputs in memory count while the recomputation reads them (a value user code
+        # holds that no record saves was not counted so far)
+        self.make_room(list(have.values()), target.record)
+        for arr in have.values():
+            self.hold(arr)
         need.sort(key=lambda w: w.record.seq)
         uses: dict[int, int] = {}
         for w in need:
@@ -393,7 +402,7 @@ class Cache:
                     uses[id(u)] -= 1
                     if uses[id(u)] == 0:
                         self.release(have.pop(id(u)))
-            self.make_room(self.adding([out]), w.record)
+            self.make_room([out], w.record)
             self.hold(out)
             have[id(w)] = out
             w.ref = weakref.ref(out)

@@ -18,6 +18,9 @@ Rematerialization* (ICLR 2021), so that they can be compared on one program:
 * :data:`lru`: the least recently used first;
 * :data:`largest_first`: the largest first.
 
+``h_dtr`` and ``h_dtr_eq`` read measured times, so their choices (and the least
+budget that works) may differ between runs; ``lru`` and ``largest_first`` do not.
+
 >>> from remat.graph import heuristics
 >>> sorted(heuristics.HEURISTICS)
 ['h_dtr', 'h_dtr_eq', 'largest_first', 'lru']
