@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import remat as rm
@@ -123,6 +123,10 @@ def run_within(program, budget, heuristic, seed=0):
 
 
 @settings(max_examples=20, deadline=None)
+# a peak over the budget: evicting a view uncounted the buffer of an input about to be held
+@example(
+    [(False, 0, 0, 0)] * 3 + [(False, 1, 0, 0), (False, 23, 3, 0), (True, 1, 3, 4)], 0.0, "lru", 0
+)
 @given(
     programs(),
     st.floats(0.0, 1.0),
