@@ -133,6 +133,42 @@ class Value:
         return f"<Value of {self.op.name} {self.shape}, {self.size} B, {state}>"
 
 
+def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
+    """``w``'s op evaluated again on ``datas``, timed, counted and checked against its
+    first run (the replay check)."""
+    if w.checks is not None or w.record.seq < guard.OLDEST[0]:
+        consts = [None if type(u) is Value else u for u in w.inputs]
+        i = guard.changed(consts, w.checks, w.record.seq)
+        if i is not None:
+            raise BackwardError(
+                f"a DTR tape recomputing `{w.op.name}` (output shape {w.shape}): its input "
+                f"{i}, which it read when first run, was changed in place since. Change "
+                "values only after backward, or out of place"
+            )
+    start = time.perf_counter()
+    out = w.op.forward(*datas, **w.kwargs) if w.kwargs else w.op.forward(*datas)
+    if not backend.is_array(out):
+        out = backend.xp.asarray(out)
+    w.cost = time.perf_counter() - start
+    cache.stats.recomputed_ops += 1
+    cache.stats.recompute_seconds += w.cost
+    if out.shape != w.shape or out.dtype != w.dtype:
+        raise ReplayError(
+            f"a DTR tape recomputing `{w.op.name}`: it gave shape {out.shape} dtype "
+            f"{out.dtype}, but {w.shape} {w.dtype} the first time"
+        )
+    if w.print is not None:
+        full = cache.check_replay == "full"
+        if backend.replay_fingerprint(out, full=full) != w.print:
+            raise ReplayError(
+                f"a DTR tape recomputing `{w.op.name}` (output shape {w.shape}) got other "
+                "values than the first run: the op (or what it reads) is not deterministic, "
+                "so its gradient would not be store-all's. Draw random numbers with "
+                "rm.random outside the op, or compute it outside the DTR tape"
+            )
+    return out
+
+
 def _set_slot(record, i, value):
     if i < 0:
         record.ans = value
@@ -396,7 +432,7 @@ class Cache:
                 if type(u) is Value:
                     uses[id(u)] = uses.get(id(u), 0) + 1
         for w in need:
-            out = self._compute(w, [have[id(u)] if type(u) is Value else u for u in w.inputs])
+            out = _recompute(self, w, [have[id(u)] if type(u) is Value else u for u in w.inputs])
             for u in w.inputs:
                 if type(u) is Value:
                     uses[id(u)] -= 1
@@ -412,39 +448,6 @@ class Cache:
         self.release(out)
         for arr in have.values():  # nothing is left but in a DAG of odd shape
             self.release(arr)
-        return out
-
-    def _compute(self, w: Value, datas: Any) -> Any:
-        if w.checks is not None or w.record.seq < guard.OLDEST[0]:
-            consts = [None if type(u) is Value else u for u in w.inputs]
-            i = guard.changed(consts, w.checks, w.record.seq)
-            if i is not None:
-                raise BackwardError(
-                    f"a DTR tape recomputing `{w.op.name}` (output shape {w.shape}): its input "
-                    f"{i}, which it read when first run, was changed in place since. Change "
-                    "values only after backward, or out of place"
-                )
-        start = time.perf_counter()
-        out = w.op.forward(*datas, **w.kwargs) if w.kwargs else w.op.forward(*datas)
-        if not backend.is_array(out):
-            out = backend.xp.asarray(out)
-        w.cost = time.perf_counter() - start
-        self.stats.recomputed_ops += 1
-        self.stats.recompute_seconds += w.cost
-        if out.shape != w.shape or out.dtype != w.dtype:
-            raise ReplayError(
-                f"a DTR tape recomputing `{w.op.name}`: it gave shape {out.shape} dtype "
-                f"{out.dtype}, but {w.shape} {w.dtype} the first time"
-            )
-        if w.print is not None:
-            full = self.check_replay == "full"
-            if backend.replay_fingerprint(out, full=full) != w.print:
-                raise ReplayError(
-                    f"a DTR tape recomputing `{w.op.name}` (output shape {w.shape}) got other "
-                    "values than the first run: the op (or what it reads) is not deterministic, "
-                    "so its gradient would not be store-all's. Draw random numbers with "
-                    "rm.random outside the op, or compute it outside the DTR tape"
-                )
         return out
 
     def _restore(self, w: Value, out: Any) -> None:
