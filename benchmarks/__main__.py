@@ -1,7 +1,7 @@
 """Run the benchmarks and print markdown: ``python -m benchmarks [--quick] [--write] [names...]``.
 
 Names: core, schedules, loop, online, logn, depth, replay, memory, traced, forward,
-overheads, disk, transformer, planning (all by default).  ``--quick`` runs tiny sizes (a
+overheads, disk, transformer, planning, dtr (all by default).  ``--quick`` runs tiny sizes (a
 smoke test; the figures mean nothing).  ``--write`` also records the output in
 benchmarks/RESULTS.md: the sections of the benchmarks just run are replaced, the others
 kept, and so is the hand-written "Where remat is behind" section, which whoever reruns
@@ -35,6 +35,7 @@ MODULES = {
     "disk": "benchmarks.bench_disk",
     "transformer": "benchmarks.bench_transformer",
     "planning": "benchmarks.bench_planning",
+    "dtr": "benchmarks.bench_dtr",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEHIND = "## Where remat is behind"

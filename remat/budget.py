@@ -17,103 +17,24 @@ States, carries, inputs and outputs are pytrees of Tensors (or arrays).
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import backend, policies, schedules
 from . import disk as _disk
 from . import memory as _memory
 from .executor import Chain, LoopError, LoopStats, run_chain
+from .graph import dtr as _dtr
+from .graph import options as _dtr_options
 from .pytree import flatten
 from .schedules.arguments import require_count
-from .storage import DiskError
 from .tape import Recorder
+from .tape_options import Reversal, check_disk_dir, disk_policy, resolve_policy
 from .tensor import Tensor
 
 if TYPE_CHECKING:
     from .typing import PyTree
-
-SCHEDULE_NAMES = schedules.SCHEDULE_NAMES
-
-
-@dataclass(frozen=True)
-class Reversal:
-    """What a Tape's chains are reversed with: a schedule name or object, and a budget."""
-
-    schedule: object  # one of SCHEDULE_NAMES, or a schedule object
-    snapshots: int | None
-
-    def offline(self, steps, form="tape.loop"):
-        if not isinstance(self.schedule, str):  # used as given; an online one ends at steps
-            if self.schedule.steps not in (None, steps):
-                raise ValueError(
-                    f"{form}(steps={steps}): the tape's schedule {self.schedule!r} is for "
-                    f"{getattr(self.schedule, 'steps', None)} steps"
-                )
-            return self.schedule
-        if self.schedule == "online":  # it serves a known length too: the loop ends at steps
-            return schedules.Online(snapshots=self.snapshots)
-        budget = None if self.schedule in ("store_all", "sqrt") else self.snapshots
-        return schedules.make_schedule(self.schedule, steps=steps, snapshots=budget)
-
-    def online(self):
-        if not isinstance(self.schedule, str):
-            if self.schedule.steps is not None:
-                raise ValueError(
-                    f"tape.loop(until=...): the tape's schedule {self.schedule!r} is for a known "
-                    "length; a loop of unknown length needs Online(snapshots) or StoreAll()"
-                )
-            return self.schedule
-        if self.schedule == "store_all":
-            return schedules.StoreAll()  # tapes every step until the loop ends
-        if self.snapshots is None:
-            raise ValueError(
-                "tape.loop(until=...) reverses a loop of unknown length with online "
-                "checkpointing, which needs a budget: use rm.Tape(snapshots=s)"
-            )
-        return schedules.Online(snapshots=self.snapshots)
-
-
-NEEDS_A_BUDGET = ("revolve", "online", "periodic", "mixed")
-
-
-def resolve_policy(snapshots, schedule):
-    """The Reversal for ``rm.Tape(snapshots, schedule)``, with clear errors."""
-    if snapshots is not None:
-        snapshots = require_count("Tape", "snapshots", snapshots)
-    if schedule is None:
-        return Reversal("revolve" if snapshots is not None else "store_all", snapshots)
-    if isinstance(schedule, str):
-        if schedule == "optimal":  # planned from measured costs: only under a byte budget
-            raise ValueError(
-                "Tape: schedule='optimal' plans from the measured costs of each step, so it "
-                "needs a byte budget: pass memory= (e.g. rm.Tape(memory='64 MiB', "
-                "schedule='optimal'), or memory= alone, which plans optimally). For a slot "
-                "budget, snapshots=s alone gives revolve, optimal in step evaluations when "
-                "all steps cost alike"
-            )
-        if schedule not in SCHEDULE_NAMES:
-            raise ValueError(
-                f"Tape: unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULE_NAMES)} "
-                "or pass a schedule object from remat.schedules"
-            )
-        if schedule in NEEDS_A_BUDGET and snapshots is None:
-            raise ValueError(f"Tape: schedule={schedule!r} needs a budget: pass snapshots=")
-        return Reversal(schedule, snapshots)  # store_all and sqrt size their own memory
-    if not all(hasattr(schedule, a) for a in ("__iter__", "steps", "snapshots")):
-        raise ValueError(
-            f"Tape: schedule must be one of {', '.join(SCHEDULE_NAMES)} or a schedule object "
-            f"from remat.schedules, got {schedule!r}"
-        )
-    if snapshots is not None and snapshots != schedule.snapshots:
-        raise ValueError(
-            f"Tape: snapshots={snapshots} but the schedule {schedule!r} uses "
-            f"{schedule.snapshots}; give one or the other"
-        )
-    return Reversal(schedule, schedule.snapshots)
 
 
 class Tape(Recorder):
@@ -177,6 +98,10 @@ class Tape(Recorder):
     ``tape.loop(..., inverse=inv)`` reverses a loop of invertible steps by
     recomputing its states backwards, on any tape (see :meth:`loop`).
 
+    ``remat="dtr"`` (or ``remat=remat.graph.DTR(heuristic)``) with ``memory=m`` keeps
+    any code run inside within ``m`` bytes of saved values, evicting and recomputing
+    them (:mod:`remat.graph.dtr`); ``tape.stats`` is then a :class:`remat.graph.DTRStats`.
+
     A tape keeps every record made on it, and a chain's record keeps its
     snapshots until the chain is reversed: evaluate without gradients under
     ``rm.no_grad()``, or take a new Tape for each iteration of a training loop.
@@ -202,13 +127,27 @@ class Tape(Recorder):
         memory: int | str | None = None,
         disk_snapshots: int | None = None,
         disk_dir: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
+        remat: str | _dtr_options.DTR | None = None,
     ) -> None:
         super().__init__()
+        dtr = None  # remat="dtr": memory= is DTR's budget, not the loops'
+        if remat is not None:
+            dtr, dtr_budget = _dtr_options.resolve(
+                remat,
+                memory,
+                snapshots=snapshots,
+                schedule=schedule,
+                policy=policy,
+                disk_snapshots=disk_snapshots,
+                trace=trace,
+                snapshot_device=snapshot_device,
+            )
+            memory = None
         self.byte_limit = self.memory_schedule = None
         self.disk_snapshots = None
-        self.disk_dir = _check_disk_dir(disk_dir, disk_snapshots, schedule)
+        self.disk_dir = check_disk_dir(disk_dir, disk_snapshots, schedule)
         if disk_snapshots is not None:
-            self.disk_snapshots, self.policy = _disk_policy(
+            self.disk_snapshots, self.policy = disk_policy(
                 snapshots, schedule, memory, disk_snapshots
             )
         elif memory is None:
@@ -231,11 +170,27 @@ class Tape(Recorder):
             )
         self.check_replay = check_replay
         self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)
+        self.dtr_cache = None if dtr is None else _dtr.Cache(dtr_budget, dtr, check_replay)
+        if dtr is not None:
+            self.records = _dtr.Records()  # refuses a loop's or checkpoint's record
 
     @property
-    def stats(self) -> LoopStats:
-        """Counts of the chains run on this tape, added up (see :class:`LoopStats`)."""
+    def stats(self) -> Any:
+        """Counts of the chains run on this tape, added up (see :class:`LoopStats`);
+        under ``remat="dtr"`` what DTR did (:class:`remat.graph.DTRStats`)."""
+        if self.dtr_cache is not None:
+            return self.dtr_cache.stats
         return LoopStats.combine(self.loops)
+
+    def __enter__(self) -> Tape:
+        if self.dtr_cache is not None:
+            _dtr.entered()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.dtr_cache is not None:
+            _dtr.exited()
+        return super().__exit__(*exc)
 
     def __repr__(self) -> str:
         kept = "" if self.recompute is None else f", policy={self.recompute!r}"
@@ -287,29 +242,9 @@ class Tape(Recorder):
         >>> h.sum().backward(); tape.stats.steps, x.grad
         (5, array([0.03125, 0.03125]))
         """
-        if not callable(step):
-            raise TypeError(f"tape.loop: step must be callable, got {step!r}")
-        if (steps is None) == (until is None):
-            raise ValueError("tape.loop: pass exactly one of steps= (a known length) or until=")
-        if steps is not None:
-            steps = require_count("tape.loop", "steps", steps, minimum=0)
-        if max_steps is not None:
-            if until is None:
-                raise ValueError(
-                    "tape.loop: max_steps= caps a loop run with until=; not with steps="
-                )
-            max_steps = require_count("tape.loop", "max_steps", max_steps)
-        if until is not None and not callable(until):
-            raise TypeError(f"tape.loop: until must be a predicate state -> bool, got {until!r}")
-        if inverse is not None:
-            if not callable(inverse):
-                raise TypeError(
-                    f"tape.loop: inverse must be a function x_(i+1) -> x_i, got {inverse!r}"
-                )
-            if until is not None:
-                raise ValueError(
-                    "tape.loop: inverse= needs a loop of known length (steps=); not until="
-                )
+        if self.dtr_cache is not None:
+            raise _dtr_options.refuse("tape.loop")
+        steps, max_steps = _check_loop_args(step, steps, until, max_steps, inverse)
         _check_state("tape.loop", state)
         if steps == 0:
             return state
@@ -336,7 +271,7 @@ class Tape(Recorder):
                     "tape.loop(until=...): a disk tape plans a loop of known length (the "
                     "two-level schedule is offline); give steps="
                 )
-            return self._on_disk(chain, state, steps, (step,))[0]
+            return _on_disk(self, chain, state, steps, (step,))[0]
         if self.byte_limit is not None:
             if until is not None:
                 raise ValueError(
@@ -344,31 +279,11 @@ class Tape(Recorder):
                     "a byte budget (Tape(memory=)); give steps=, or use "
                     "Tape(snapshots=s, schedule='online')"
                 )
-            return self._budgeted(chain, state, steps, (step,), alike=True)[0]
+            return _budgeted(self, chain, state, steps, (step,), alike=True)[0]
         schedule = self.policy.online() if until is not None else self.policy.offline(steps)
         if steps is not None and schedule.steps is None:  # an online schedule, known length
             max_steps = steps
         return run_chain(self, chain, state, schedule, until, max_steps)[0]
-
-    def _budgeted(self, chain, state, steps, functions, alike):
-        """Run ``chain`` under the byte budget: plan it (or reuse the plan), run, report."""
-        plan = _memory.plan_chain(self, chain, state, steps, functions, alike)
-        schedule, costs, predicted, how, with_tangents = plan
-        result = run_chain(self, chain, state, schedule, plan_with_tangents=with_tangents)
-        self.plans.append((schedule, costs))
-        stats = self.loops[-1]
-        stats.memory, stats.plan, stats.predicted_seconds = self.byte_limit, how, predicted
-        return result
-
-    def _on_disk(
-        self, chain: Chain, state: PyTree, steps: Any, functions: Sequence[Callable[..., Any]]
-    ) -> Any:
-        """Run ``chain`` with memory and disk slots: TwoLevel at measured costs."""
-        schedule, costs, how = _disk.plan_chain(self, chain, state, steps, functions)
-        result = run_chain(self, chain, state, schedule)
-        self.plans.append((schedule, costs))
-        self.loops[-1].plan = how
-        return result
 
     def chain(self, functions: Sequence[Callable[[PyTree], PyTree]], state: PyTree) -> PyTree:
         """Run ``state = f(state)`` for each ``f`` in ``functions``, reversed under the budget.
@@ -388,6 +303,8 @@ class Tape(Recorder):
         >>> out.sum().backward(); x.grad
         array([2., 2., 2., 2.])
         """
+        if self.dtr_cache is not None:
+            raise _dtr_options.refuse("tape.chain")
         try:
             functions = list(functions)
         except TypeError:
@@ -407,9 +324,9 @@ class Tape(Recorder):
 
         chain = Chain("tape.chain", lambda i, s, x: (functions[i](s), None), name, same_spec=False)
         if self.disk_snapshots is not None:
-            return self._on_disk(chain, state, n, functions)[0]
+            return _on_disk(self, chain, state, n, functions)[0]
         if self.byte_limit is not None:
-            return self._budgeted(chain, state, n, functions, alike=False)[0]
+            return _budgeted(self, chain, state, n, functions, alike=False)[0]
         schedule = self.policy.offline(n, "tape.chain")
         return run_chain(self, chain, state, schedule, max_steps=_online_end(schedule, n))[0]
 
@@ -434,21 +351,11 @@ class Tape(Recorder):
         >>> (total + partial.sum()).backward(); xs.grad
         array([6., 5., 4.])
         """
+        if self.dtr_cache is not None:
+            raise _dtr_options.refuse("tape.scan")
         if not callable(f):
             raise TypeError(f"tape.scan: f must be callable, got {f!r}")
-        leaves, xs_tree = flatten(xs, lambda v: isinstance(v, Tensor) or backend.is_array(v))
-        if not leaves:
-            raise ValueError("tape.scan: xs has no Tensor or array in it; nothing to scan over")
-        tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in leaves]
-        lengths = {t.shape[0] if t.ndim else None for t in tensors}
-        if None in lengths or len(lengths) != 1:
-            raise ValueError(
-                "tape.scan: every leaf of xs needs the same leading axis to scan over; got "
-                f"shapes {', '.join(str(t.shape) for t in tensors)}"
-            )
-        n = lengths.pop()
-        if n == 0:
-            raise ValueError("tape.scan: xs has a leading axis of length 0; nothing to scan")
+        tensors, xs_tree, n = _scan_inputs(xs)
         nodes = tuple(t.node or None for t in tensors)
 
         def call(i, carry, x):
@@ -471,69 +378,76 @@ class Tape(Recorder):
             has_ys=True,
         )
         if self.disk_snapshots is not None:
-            return self._on_disk(chain, init, n, (f,))
+            return _on_disk(self, chain, init, n, (f,))
         if self.byte_limit is not None:
-            return self._budgeted(chain, init, n, (f,), alike=True)
+            return _budgeted(self, chain, init, n, (f,), alike=True)
         schedule = self.policy.offline(n, "tape.scan")
         # ys is None when every y is
         return run_chain(self, chain, init, schedule, max_steps=_online_end(schedule, n))
 
 
-def _disk_policy(snapshots, schedule, memory, disk_snapshots):
-    """``(d, Reversal)`` for ``rm.Tape(snapshots=s, disk_snapshots=d)``, with clear errors."""
-    d = require_count("Tape", "disk_snapshots", disk_snapshots, minimum=0)
-    if memory is not None:
-        raise ValueError(
-            "Tape: disk_snapshots= plans with slots (snapshots= in memory, disk_snapshots= on "
-            "disk), memory= with bytes; give one or the other"
-        )
-    if schedule is not None:
-        raise ValueError(
-            f"Tape: disk_snapshots= runs the two-level schedule (TwoLevel), so schedule="
-            f"{schedule!r} cannot be used with it; pass a schedule object such as "
-            "TwoLevel(...) or DiskRevolve(...) as schedule= alone (with disk_dir=) instead"
-        )
-    if snapshots is None:
-        raise ValueError(
-            "Tape: disk_snapshots= needs snapshots= too, the memory slots (0 for none)"
-        )
-    s = require_count("Tape", "snapshots", snapshots, minimum=0)
-    if s + d == 0:
-        raise ValueError("Tape: snapshots + disk_snapshots must be at least 1")
-    return d, Reversal("two_level", s)
+def _budgeted(tape, chain, state, steps, functions, alike):
+    """Run ``chain`` under the byte budget: plan it (or reuse the plan), run, report."""
+    plan = _memory.plan_chain(tape, chain, state, steps, functions, alike)
+    schedule, costs, predicted, how, with_tangents = plan
+    result = run_chain(tape, chain, state, schedule, plan_with_tangents=with_tangents)
+    tape.plans.append((schedule, costs))
+    stats = tape.loops[-1]
+    stats.memory, stats.plan, stats.predicted_seconds = tape.byte_limit, how, predicted
+    return result
 
 
-def _check_disk_dir(disk_dir, disk_snapshots, schedule):
-    """``disk_dir`` as given, checked: an existing folder, for a tape that writes to disk."""
-    if disk_dir is None:
-        return None
-    if disk_snapshots is None and getattr(schedule, "disk_snapshots", 0) == 0:
+def _on_disk(tape, chain, state, steps, functions):
+    """Run ``chain`` with memory and disk slots: TwoLevel at measured costs."""
+    schedule, costs, how = _disk.plan_chain(tape, chain, state, steps, functions)
+    result = run_chain(tape, chain, state, schedule)
+    tape.plans.append((schedule, costs))
+    tape.loops[-1].plan = how
+    return result
+
+
+def _check_loop_args(step, steps, until, max_steps, inverse):
+    """tape.loop's arguments checked: ``(steps, max_steps)`` as counts, or a clear error."""
+    if not callable(step):
+        raise TypeError(f"tape.loop: step must be callable, got {step!r}")
+    if (steps is None) == (until is None):
+        raise ValueError("tape.loop: pass exactly one of steps= (a known length) or until=")
+    if steps is not None:
+        steps = require_count("tape.loop", "steps", steps, minimum=0)
+    if max_steps is not None:
+        if until is None:
+            raise ValueError("tape.loop: max_steps= caps a loop run with until=; not with steps=")
+        max_steps = require_count("tape.loop", "max_steps", max_steps)
+    if until is not None and not callable(until):
+        raise TypeError(f"tape.loop: until must be a predicate state -> bool, got {until!r}")
+    if inverse is not None:
+        if not callable(inverse):
+            raise TypeError(
+                f"tape.loop: inverse must be a function x_(i+1) -> x_i, got {inverse!r}"
+            )
+        if until is not None:
+            raise ValueError(
+                "tape.loop: inverse= needs a loop of known length (steps=); not until="
+            )
+    return steps, max_steps
+
+
+def _scan_inputs(xs):
+    """The leaves of a scan's ``xs`` as Tensors, its tree and their common length."""
+    leaves, xs_tree = flatten(xs, lambda v: isinstance(v, Tensor) or backend.is_array(v))
+    if not leaves:
+        raise ValueError("tape.scan: xs has no Tensor or array in it; nothing to scan over")
+    tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in leaves]
+    lengths = {t.shape[0] if t.ndim else None for t in tensors}
+    if None in lengths or len(lengths) != 1:
         raise ValueError(
-            f"Tape: disk_dir={disk_dir!r} is where disk snapshots go, but this tape writes "
-            "none: pass disk_snapshots= (or a schedule object that uses the disk)"
+            "tape.scan: every leaf of xs needs the same leading axis to scan over; got "
+            f"shapes {', '.join(str(t.shape) for t in tensors)}"
         )
-    try:
-        path = os.fsdecode(disk_dir)  # bytes too: tempfile takes a str folder with a str prefix
-    except TypeError:
-        raise TypeError(
-            "Tape: disk_dir must be a folder's path (a str, bytes or os.PathLike), got "
-            f"{disk_dir!r}"
-        ) from None
-    if not os.path.isdir(path):
-        raise ValueError(
-            f"Tape: disk_dir={path!r} is not an existing folder; disk snapshots go into a "
-            "fresh folder made inside it. Create it first, or leave disk_dir=None for the "
-            "system's temporary folder"
-        )
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise DiskError(
-            errno.EACCES,
-            f"Tape: disk_dir={path!r} is not writable: disk snapshots go into a fresh folder "
-            "made inside it. Give a folder you may write in, or leave disk_dir=None for the "
-            "system's temporary folder",
-            path,
-        )
-    return path
+    n = lengths.pop()
+    if n == 0:
+        raise ValueError("tape.scan: xs has a leading axis of length 0; nothing to scan")
+    return tensors, xs_tree, n
 
 
 def _online_end(schedule, n):

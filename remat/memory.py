@@ -93,10 +93,7 @@ times the least memory).
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
-from fractions import Fraction
-from numbers import Integral
 
 from . import backend, schedules
 from .alive import Holdings, nbytes
@@ -105,7 +102,7 @@ from .measure import Refused, Sizing, measure_costs, measure_kept, step_kind
 from .measure import pool_times as pool_times  # (read here by tests and benchmarks)
 from .schedules import planning
 from .selective import Unobserved
-from .units import format_bytes
+from .units import format_bytes, parse_bytes
 
 # The public names: what a user of Tape(memory=) may call.  The rest serve
 # remat.budget (measure, plan, run) and are documented for readers of the code.
@@ -116,56 +113,6 @@ BLOCK_LIMIT = 200  # heterogeneous chains longer than this are planned over this
 EXACT_LIMIT = 320  # ... or, the budget too tight for them, this many (tables of 2 x 320^2 x 129)
 UNIFORM_LIMIT = 2000  # loops (all steps alike) longer than this are planned over blocks too
 SERVED = (None, "optimal", "revolve", "mixed")  # what Tape(memory=) can plan
-
-
-_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-# A number and a unit; signed, so that "-3 MiB" is read, then refused as under one byte.
-_SIZE = re.compile(r"\s*(-?[0-9]+(?:\.[0-9]*)?|-?\.[0-9]+)\s*([A-Za-z]*)\s*")
-
-
-def parse_bytes(value: int | str, where: str = "Tape") -> int:
-    """A budget in bytes: an int, or a string such as ``"512 KiB"``, ``"64 MiB"``, ``"2 GB"``.
-
-    Units: ``B``; ``kB``, ``MB``, ``GB``, ``TB`` (powers of 1000); ``KiB``,
-    ``MiB``, ``GiB``, ``TiB`` (powers of 1024); case is ignored.  A number
-    without a unit is bytes.  A fraction of a byte is dropped (``"1.5 kB"``
-    is 1500; ``"0.5 B"`` is refused: a budget is at least one byte).
-    ``where`` starts every error message (who was given the value).
-
-    >>> from remat.memory import parse_bytes
-    >>> parse_bytes('64 MiB'), parse_bytes('1.5 kB'), parse_bytes(4096)
-    (67108864, 1500, 4096)
-    """
-    if isinstance(value, bool) or not isinstance(value, (Integral, str)):
-        raise TypeError(
-            f"{where}: memory must be an int number of bytes or a string such as '64 MiB', "
-            f"got {value!r}"
-        )
-    if isinstance(value, str):
-        match = _SIZE.fullmatch(value)
-        unit = match and _UNITS.get(match.group(2).lower() or "b")
-        if not match or not unit:
-            raise ValueError(
-                f"{where}: memory={value!r} is not a size; write a number and a unit, "
-                "e.g. '512 KiB', '64 MiB', '2 GB' (units: B, kB, MB, GB, TB, KiB, MiB, "
-                "GiB, TiB)"
-            )
-        number = int(Fraction(match.group(1)) * unit)
-    else:
-        number = int(value)
-    if number < 1:
-        raise ValueError(f"{where}: memory must be at least 1 byte, got {value!r}")
-    return number
 
 
 def check_schedule(memory, snapshots, schedule):

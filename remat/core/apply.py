@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import backend
 from ..guard import WATCHED, checks
+from . import tape as core_tape
 from .errors import check_axis, operand_error
 from .tape import GRAD_ENABLED, STEP, Record
 from .tensor import Tensor
@@ -189,7 +190,10 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     record = Record(op, nodes, saved, out if keep_ans else None, kw, out.shape)
     if WATCHED:  # something was handed out: fingerprint what of it this record saved
         record.checks = checks(record.args)
-    return Tensor._from_record(out, record)
+    t = Tensor._from_record(out, record)
+    if core_tape.on_record is not None:  # the hook (remat.graph's eviction)
+        core_tape.on_record(record, datas, forward_kw, out)
+    return t
 
 
 def as_tensor(value: TensorLike) -> Tensor:

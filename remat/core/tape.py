@@ -23,7 +23,8 @@ any other computation.
 Hooks: where the engine enters the core (all unused by the core itself)
 --------------------------------------------------------------------------
 * :data:`OPEN_TAPE` -- an open recorder (``remat.Recorder``) lists each record made.
-* :data:`on_record` -- ``f(record)`` right after a Record is made (None: no call).
+* :data:`on_record` -- ``f(record, inputs, forward_kw, out)`` right after an op made its
+  Record, with what its forward read and returned: enough to run it again (None: no call).
 * :data:`before_vjp` -- ``f(record)`` before the sweep reads a record's saved values
   (``args``, ``ans``) for its VJP (None: no call); it may put back what it evicted.
 * ``record.checks`` and ``remat.guard`` -- saved arrays the user could have
@@ -63,8 +64,10 @@ GRAD_ENABLED = ContextVar("remat_grad_enabled", default=True)
 STEP = ContextVar("remat_step", default=None)
 OPEN_TAPE = ContextVar("remat_open_tape", default=None)
 
-on_record: Callable[[Record], None] | None = None
-"""Hook: called with each new Record, after it is listed (remat.graph's eviction)."""
+on_record: Callable[[Record, Any, Any, Any], None] | None = None
+"""Hook: called by every op that made a Record (the generic apply and the engine's fast
+paths), with the arrays or numbers its forward read, the keywords it ran with, and
+its output; remat.graph's eviction keeps these to run the op again."""
 before_vjp: Callable[[Record], None] | None = None
 """Hook: called with each record the sweep is about to reverse, before its saved
 values are read (remat.graph puts back the values it evicted)."""
@@ -111,8 +114,6 @@ class Record:
         tape = OPEN_TAPE.get()
         if tape is not None:
             tape.records.append(self)
-        if on_record is not None:
-            on_record(self)
 
     @property
     def freed(self) -> bool:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import backend
+from ..core import tape as core_tape
 from ..core.apply import WATCHING, Op, apply, as_tensor, output
 from ..core.errors import operand_error
 from ..core.tape import GRAD_ENABLED, STEP, Record
@@ -57,7 +58,10 @@ def unary(op: Op, x: Any, **kw: Any) -> Tensor:
         )
         if WATCHED:
             record.checks = checks(record.args)
-        return Tensor._from_record(out, record)
+        t = Tensor._from_record(out, record)
+        if core_tape.on_record is not None:  # the core's hook (remat.graph's eviction)
+            core_tape.on_record(record, (data,), kw, out)
+        return t
     if node is not None and not node and GRAD_ENABLED.get():
         node.used_in(op.name)
     return Tensor._from_record(out, STEP.get())
@@ -123,6 +127,8 @@ def make_unary(op: Op, doc: str | None = None) -> Callable[[TensorLike], Tensor]
             )
             if keep_x and WATCHED:
                 record.checks = checks(record.args)
+            if core_tape.on_record is not None:  # the core's hook (remat.graph's eviction)
+                core_tape.on_record(record, (data,), None, out)
             return t
         if node is not None and not node and grad_enabled():
             node.used_in(op.name)
@@ -257,6 +263,8 @@ def make_binary(op: Op, doc: str | None = None) -> Callable[[TensorLike, TensorL
                     (keep_a and type(da) not in scalars) or (keep_b and type(db) not in scalars)
                 ):  # an array is saved while something is watched: the benchmark line's cost
                     record.checks = checks(record.args)
+                if core_tape.on_record is not None:  # the core's hook (remat.graph's eviction)
+                    core_tape.on_record(record, (da, db), None, out)
                 return t
         t.node = step()
         return t
@@ -283,7 +291,11 @@ def basic_getitem(op: Op, x: Tensor, index: Any) -> Tensor:
     node = x.node
     if node and GRAD_ENABLED.get():
         kw = {"index": index, "shape": data.shape}
-        return Tensor._from_record(out, Record(op, (node,), (None,), None, kw, out.shape))
+        record = Record(op, (node,), (None,), None, kw, out.shape)
+        t = Tensor._from_record(out, record)
+        if core_tape.on_record is not None:  # the core's hook (remat.graph's eviction)
+            core_tape.on_record(record, (data,), {"index": index}, out)
+        return t
     if node is not None and not node and GRAD_ENABLED.get():
         node.used_in(op.name)
     return Tensor._from_record(out, STEP.get())

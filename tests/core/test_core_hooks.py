@@ -1,5 +1,6 @@
 """The teaching core's hooks for an evicting engine (remat.graph's DTR):
-``remat.core.tape.on_record`` sees every record as it is made, and
+``remat.core.tape.on_record`` sees every op's record as it is made, with what
+the op read and returned (enough to run it again), and
 ``remat.core.tape.before_vjp`` runs before the sweep reads a record's saved
 values, so that values dropped in between can be put back."""
 
@@ -25,12 +26,16 @@ def loss(x):
 
 def test_on_record_sees_every_record_as_it_is_made(hooks):
     made = []
-    hooks(on_record=lambda record: made.append(record))
+    hooks(on_record=lambda record, inputs, kw, out: made.append((record, inputs, kw, out)))
     x = rm.tensor([0.5, -1.0, 2.0], requires_grad=True)
     with rm.Recorder() as recorder:
         loss(x)
-    assert made == recorder.records
-    assert all(a.seq < b.seq for a, b in zip(made, made[1:]))
+    records = [record for record, *_ in made]
+    assert records == recorder.records  # fast paths and the generic apply alike
+    assert all(a.seq < b.seq for a, b in zip(records, records[1:]))
+    for record, inputs, kw, out in made:  # what the hook is given runs the op again
+        np.testing.assert_array_equal(record.op.forward(*inputs, **(kw or {})), out)
+        assert out.shape == record.shape
 
 
 def test_values_evicted_after_recording_and_restored_before_vjp_give_the_same_gradient(hooks):
@@ -38,7 +43,7 @@ def test_values_evicted_after_recording_and_restored_before_vjp_give_the_same_gr
     expected = rm.grad(loss)(x0)
     evicted = {}
 
-    def evict(record):  # what DTR would drop, and remember how to rebuild
+    def evict(record, inputs, kw, out):  # what DTR would drop, and remember how to rebuild
         if any(a is not None for a in record.args) or record.ans is not None:
             evicted[id(record)] = (record.args, record.ans)
             record.args = tuple(None for _ in record.args)

@@ -18,6 +18,7 @@ import remat.graph_workloads
 import remat.memory
 import remat.plot
 import remat.typing
+import remat.units
 import remat.workloads
 
 SUBMODULES = [
@@ -28,6 +29,7 @@ SUBMODULES = [
     rm.plot,
     rm.pytree,
     rm.typing,
+    rm.units,
     rm.workloads,
     rm.graph_workloads,
     rm.policies,
@@ -65,7 +67,7 @@ def test_the_public_names_are_found():
         "remat.sin",
         "remat.schedules.Revolve",
         "remat.optim.Adam",
-        "remat.memory.parse_bytes",
+        "remat.units.parse_bytes",  # also remat.memory.parse_bytes, where budgets are read
         "remat.random.normal",
         "remat.plot.schedule_diagram",
     ]:

@@ -29,7 +29,8 @@ LAYERS = [
     ["remat.schedules"],
     ["remat.executor", "remat.alive", "remat.storage"],
     ["remat.graph"],
-    ["remat.checkpoint", "remat.policies", "remat.budget", "remat.memory", "remat.measure"]
+    ["remat.checkpoint", "remat.policies", "remat.budget", "remat.tape_options"]
+    + ["remat.memory", "remat.measure"]
     + ["remat.disk", "remat.blockwise", "remat.optim", "remat.workloads"]  # the front ends
     + ["remat.graph_workloads"],
     ["remat.plot", "remat.cli", "remat.__main__", "remat"],  # plots, CLI, the public face

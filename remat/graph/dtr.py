@@ -1,0 +1,528 @@
+"""Dynamic rematerialization (DTR) on the tape: ``rm.Tape(memory=m, remat="dtr")``.
+
+The tape is a cache of the values its records save for backward.  Each op
+recorded inside the tape records as usual; the tape notes, beside the record,
+how to make its output again (the op, its forward keywords and where each
+input came from: another record of this tape, or an array it keeps).  When
+the bytes saved would pass ``m``, the tape *evicts* saved values, lowest
+heuristic score first (:mod:`remat.graph.heuristics`), until they fit.  The
+reverse sweep (and the recomputation of another value) that needs an evicted
+value recomputes it from its inputs, recursively, and puts it back.
+
+What eviction frees.  A value lives in its :class:`Value`'s *slots*: the
+``ans`` of the record that made it and the ``args`` of the records that read
+it, when their VJP keeps it.  Evicting puts the Value itself in those slots
+(so a record whose values were evicted keeps what recomputes them alive) and
+drops the array.  It is evicted only when nothing else holds it, which
+``sys.getrefcount`` tells exactly: a Tensor user code still holds, a view of
+it, an array handed out by ``t.data`` all hold it, so values the user can
+see are never evicted and evicting never changes what user code sees.
+Leaves (parameters) are never evicted: nothing can remake them.
+
+Bytes are counted as :mod:`remat.alive` counts them: by buffer, each once,
+a view as its whole base; a leaf's buffer is the user's and is not counted.
+Counted: every buffer the records save, the constants the recipes keep (an
+array an op read that is neither a leaf nor a value of this tape: nothing
+could remake it), and the values a recomputation holds while it runs.
+``tape.stats.peak_bytes`` is the most counted at once, never above ``m``.
+Not counted: the op being evaluated (its inputs and output before it is
+recorded), values user code holds that no record saves, cotangents.  So a
+run traced by tracemalloc from before the forward to after the backward peaks
+at most at ``m + X`` with ``X = 4 V + 2 G + U + c``: ``V`` the largest value
+(an op's inputs, output and temporaries, in backward a cotangent and its VJP's
+temporaries), ``G`` the parameters' bytes (their gradients, summed as they
+arrive), ``U`` what user code holds that no record saves, and ``c`` Python's
+objects, 64 KiB and 1 KiB a record (``tests/test_dtr.py`` checks it).
+
+Too small a budget raises a MemoryError at the op where the values that cannot be
+evicted (held by user code, read by the op being computed, or constants) pass
+it, naming how many bytes they take: the least that can work there.
+
+Random numbers: ``rm.random`` draws are constants, not ops, so a recipe
+keeps the drawn array and a recomputation reads the same numbers.  Every
+recomputed value is checked against what it was when evicted: shape and dtype
+always, and a fingerprint of its values (:func:`remat.backend.replay_fingerprint`)
+unless ``check_replay=False``; a mismatch raises :class:`remat.ReplayError`.
+
+The core calls in through two of its documented hooks and nothing else:
+``remat.core.tape.on_record`` (set while a DTR tape is open) after each op records,
+and ``remat.core.tape.before_vjp`` (set while a DTR cache is alive) before the
+reverse sweep reads a record's saved values.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+import weakref
+from typing import Any
+
+from .. import backend, guard
+from .. import tape as _tape
+from ..core import tape as core_tape
+from ..executor import ReplayError
+from ..tape import OPEN_TAPE, BackwardError, Leaf, Record
+from .heuristics import Heuristic
+from .options import DTR, DTRStats, refuse
+
+SAMPLE = 32
+"""Candidates scored per eviction: all of them up to this many, else this many drawn at
+random (with replacement; the paper samples about sqrt(n)); a full scan follows when no
+value drawn can be freed."""
+
+
+class Value:
+    """The output of one record of a DTR tape: how to make it, and where it is saved.
+
+    ``inputs`` has, per input of the op, the :class:`Value` that made it or
+    the array (or number) itself; ``slots`` lists ``(record, i)`` where the
+    array is saved (``i = -1``: the record's ``ans``); ``saves`` lists the
+    ``(Value, i)`` of the slots of this value's own record.
+    """
+
+    __slots__ = (
+        "cache", "record", "op", "kwargs", "inputs", "ref", "slots", "saves", "users",
+        "cost", "size", "last", "evicted", "print", "shape", "dtype", "checks", "pinned", "consts",
+        "__weakref__",
+    )  # fmt: skip
+
+    def __init__(
+        self, cache: Cache, record: Record, kwargs: Any, inputs: tuple, out: Any, cost: float
+    ) -> None:
+        self.cache: Cache | None = None  # while evicted: so that the cache outlives the tape
+        self.record = record
+        self.op = record.op
+        self.kwargs = kwargs
+        self.inputs = inputs
+        self.ref = weakref.ref(out)
+        self.slots: list[tuple[Record, int]] = []
+        self.saves: list[tuple[Value | None, int]] = []  # None: this value itself (no cycle)
+        self.users: list[weakref.ref[Value]] = []  # the values made from this one
+        self.cost = cost
+        self.size = backend.memory_owner(out).nbytes  # its buffer's bytes
+        self.last = cache.clock  # (the cache itself is kept only while evicted)
+        self.evicted = False
+        self.print: int | None = None  # the replay fingerprint taken when evicted
+        self.shape, self.dtype = out.shape, out.dtype
+        self.checks = None  # guard fingerprints of the constants it reads
+        self.pinned = False  # its record was released: it can no longer be remade
+        self.consts: tuple = ()  # the arrays it reads that are counted as constants
+
+    def evicted_neighbourhood_cost(self, limit: int = 32) -> float:
+        """The cost of the values next to this one (inputs and readers, transitively)
+        that are not in memory now: evicting this one makes their recomputation dearer."""
+        total = 0.0
+        seen, frontier = {id(self)}, [self]
+        while frontier and len(seen) < limit:
+            nxt = []
+            for w in frontier:
+                users = (r() for r in w.users)
+                for u in (*(x for x in w.inputs if type(x) is Value), *users):
+                    if u is None or id(u) in seen or u.ref() is not None:
+                        continue
+                    seen.add(id(u))
+                    total += u.cost
+                    nxt.append(u)
+            frontier = nxt
+        return total
+
+    def __repr__(self) -> str:
+        state = "evicted" if self.evicted else "resident"
+        return f"<Value of {self.op.name} {self.shape}, {self.size} B, {state}>"
+
+
+def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
+    """``w``'s op evaluated again on ``datas``, timed, counted and checked against its
+    first run (the replay check)."""
+    if w.checks is not None or w.record.seq < guard.OLDEST[0]:
+        consts = [None if type(u) is Value else u for u in w.inputs]
+        i = guard.changed(consts, w.checks, w.record.seq)
+        if i is not None:
+            raise BackwardError(
+                f"a DTR tape recomputing `{w.op.name}` (output shape {w.shape}): its input "
+                f"{i}, which it read when first run, was changed in place since. Change "
+                "values only after backward, or out of place"
+            )
+    start = time.perf_counter()
+    out = w.op.forward(*datas, **w.kwargs) if w.kwargs else w.op.forward(*datas)
+    if not backend.is_array(out):
+        out = backend.xp.asarray(out)
+    w.cost = time.perf_counter() - start
+    cache.stats.recomputed_ops += 1
+    cache.stats.recompute_seconds += w.cost
+    if out.shape != w.shape or out.dtype != w.dtype:
+        raise ReplayError(
+            f"a DTR tape recomputing `{w.op.name}`: it gave shape {out.shape} dtype "
+            f"{out.dtype}, but {w.shape} {w.dtype} the first time"
+        )
+    if w.print is not None:
+        full = cache.check_replay == "full"
+        if backend.replay_fingerprint(out, full=full) != w.print:
+            raise ReplayError(
+                f"a DTR tape recomputing `{w.op.name}` (output shape {w.shape}) got other "
+                "values than the first run: the op (or what it reads) is not deterministic, "
+                "so its gradient would not be store-all's. Draw random numbers with "
+                "rm.random outside the op, or compute it outside the DTR tape"
+            )
+    return out
+
+
+def _set_slot(record, i, value):
+    if i < 0:
+        record.ans = value
+    else:
+        args = record.args
+        record.args = (*args[:i], value, *args[i + 1 :])
+
+
+class Cache:
+    """The values one DTR tape saves, what they cost, and the byte count against ``limit``."""
+
+    def __init__(self, limit: int, dtr: DTR, check_replay: bool | str = True) -> None:
+        self.limit = limit
+        self.heuristic: Heuristic | Any = dtr.heuristic
+        self.check_replay = check_replay
+        self.stats = DTRStats(memory=limit, heuristic=dtr.name)
+        self.values: dict[int, Value] = {}  # id(record) -> its Value (the tape holds records)
+        self.resident: dict[int, Value] = {}  # values saved in a slot and in memory
+        self.owners: dict[int, list] = {}  # id(buffer) -> [buffer, holders]
+        self.leaves: dict[int, Any] = {}  # id(buffer) -> a leaf's buffer (not counted)
+        self.bytes = 0
+        self.clock = 0
+        self.time = time.perf_counter()
+        self.reversing: Value | None = None
+        self.rng = random.Random(0)
+        _alive(self)
+
+    # --- counting by buffer -------------------------------------------------------
+    def _owner(self, a):
+        return a if a.base is None else backend.memory_owner(a)
+
+    def adding(self, arrays: Any) -> int:
+        """Bytes holding ``arrays`` would add (buffers not counted yet, each once)."""
+        new = {}
+        for a in arrays:
+            o = self._owner(a)
+            if id(o) not in self.owners and id(o) not in self.leaves:
+                new[id(o)] = o.nbytes
+        return sum(new.values())
+
+    def hold(self, a: Any) -> None:
+        o = self._owner(a)
+        if id(o) in self.leaves:
+            return
+        entry = self.owners.get(id(o))
+        if entry is None:
+            self.owners[id(o)] = [o, 1]
+            self.bytes += o.nbytes
+            if self.bytes > self.stats.peak_bytes:
+                self.stats.peak_bytes = self.bytes
+        else:
+            entry[1] += 1
+
+    def release(self, a: Any) -> None:
+        o = self._owner(a)
+        entry = self.owners.get(id(o))
+        if entry is None:
+            return  # a leaf's buffer
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self.owners[id(o)]
+            self.bytes -= o.nbytes
+
+    # --- recording ----------------------------------------------------------------
+    def record(self, record: Record, datas: Any, kwargs: Any, out: Any) -> None:
+        """Note ``record`` (just made, with its forward's inputs and output), then evict
+        what must go for its saved arrays to fit."""
+        now = time.perf_counter()
+        self.clock += 1
+        inputs, consts = [], []
+        for node, d in zip(record.parents, datas):
+            src = self.values.get(id(node)) if node is not None else None
+            if src is not None and not src.pinned and src.ref() is d:
+                inputs.append(src)
+                continue
+            inputs.append(d)  # a leaf's array, a constant, or a value from outside
+            if backend.is_array(d):
+                if isinstance(node, Leaf):
+                    o = self._owner(d)
+                    self.leaves[id(o)] = o
+                else:
+                    consts.append(d)
+        v = Value(self, record, kwargs, tuple(inputs), out, now - self.time)
+        v.consts = tuple(consts)
+        if consts and guard.WATCHED:
+            v.checks = guard.checks([None if type(u) is Value else u for u in v.inputs])
+        held = list(consts)
+        for i, a in enumerate(record.args):
+            u = inputs[i]
+            if a is not None and type(u) is Value:
+                u.slots.append((record, i))
+                v.saves.append((u, i))
+                held.append(a)
+                u.last = self.clock
+                if not u.evicted:
+                    self.resident[id(u)] = u
+        readers = weakref.ref(v)
+        for u in inputs:
+            if type(u) is Value:
+                u.users.append(readers)
+        if record.ans is not None:
+            v.slots.append((record, -1))
+            v.saves.append((None, -1))
+            held.append(out)
+            self.resident[id(v)] = v
+        self.values[id(record)] = v
+        self.stats.ops += 1
+        upper = sum(a.nbytes if a.base is None else self._owner(a).nbytes for a in held)
+        if self.bytes + upper > self.limit:  # else it fits, counting each buffer as new
+            self.make_room(held, record)
+        for a in held:
+            self.hold(a)
+        self.time = time.perf_counter()
+
+    # --- eviction -----------------------------------------------------------------
+    def make_room(self, arrays: list, record: Record) -> None:
+        """Evict until holding ``arrays`` fits in the budget.  What they add is counted
+        again after each eviction: evicting a view may uncount the buffer of one of them."""
+        while True:
+            adding = self.adding(arrays)
+            if self.bytes + adding <= self.limit:
+                return
+            v = self._choose()
+            if v is None:
+                raise self._too_small(adding, record)
+            self.evict(v)
+
+    def _freeable(self, v: Value) -> Any:
+        """v's array if dropping its slots frees it (nothing else holds it), else None."""
+        a = v.ref()
+        if a is None:
+            return None
+        # references: its slots, the count's entry if it owns its buffer, `a`, the call's
+        expected = len(v.slots) + (a.base is None) + 2
+        return a if sys.getrefcount(a) == expected else None
+
+    def _choose(self) -> Value | None:
+        self._drop_released()
+        resident = list(self.resident.values())
+        if not resident:
+            return None
+        score = getattr(self.heuristic, "score", self.heuristic)  # a Heuristic's, uncalled
+        now, n, draw = self.clock, len(resident), self.rng.random
+        for pool in (
+            [resident[int(draw() * n)] for _ in range(SAMPLE)] if n > SAMPLE else resident,
+            resident,
+        ):
+            best, best_score = None, 0.0
+            for v in pool:
+                if self._freeable(v) is None:
+                    continue
+                s = score(v, now)
+                if best is None or s < best_score:
+                    best, best_score = v, s
+            if best is not None:
+                return best
+            if len(pool) == len(resident):
+                break
+        return None
+
+    def evict(self, v: Value) -> None:
+        """Drop ``v``'s array from its slots (each slot then holds ``v``, which remakes it)."""
+        a = v.ref()
+        if self.check_replay:
+            v.print = backend.replay_fingerprint(a, full=self.check_replay == "full")
+        for record, i in v.slots:
+            _set_slot(record, i, v)
+            self.release(a)
+        v.evicted = True
+        v.cache = self
+        del self.resident[id(v)]
+        self.stats.evictions += 1
+
+    def _too_small(self, adding, record):
+        need = self.bytes + adding
+        return MemoryError(
+            f"rm.Tape(memory={self.limit}, remat='dtr'): at op `{record.op.name}` (output "
+            f"shape {record.shape}; op {self.stats.ops} recorded on this tape) the tape must "
+            f"hold {need} bytes at once, none of which can be evicted: the values user code "
+            "still holds (or an op being computed reads) that its records save, the "
+            "constants its ops read, and what this op saves. Give memory= at least "
+            f"{need} bytes, or hold fewer values (let go of Tensors you no longer need)"
+        )
+
+    # --- backward -----------------------------------------------------------------
+    def before_vjp(self, record: Record) -> None:
+        """Put back what ``record``'s VJP reads (the reverse sweep is about to)."""
+        prev = self.reversing
+        if prev is not None and prev.record.parents is None:
+            self._release_record(prev)
+        v = self.values.get(id(record))
+        self.reversing = v
+        if v is None:
+            return
+        self.clock += 1
+        keep = []  # held here, so that bringing one back does not evict another
+        for u, _ in v.saves:
+            u = u or v
+            u.last = self.clock
+            if u.evicted:
+                keep.append(self.materialize(u))
+
+    def _drop_released(self):
+        prev = self.reversing
+        if prev is not None and prev.record.parents is None:
+            self._release_record(prev)
+            self.reversing = None
+
+    def _release_record(self, v: Value) -> None:
+        """Backward released v's record: uncount what its slots held, pin v itself
+        (its record can no longer remake it)."""
+        for u, i in v.saves:
+            u = u or v
+            u.slots.remove((v.record, i))
+            if not u.evicted:
+                a = u.ref()
+                if a is not None:
+                    self.release(a)
+            if not u.slots:
+                self.resident.pop(id(u), None)
+        for a in v.consts:
+            self.release(a)
+        v.inputs = v.consts = ()
+        v.pinned = True
+        self.resident.pop(id(v), None)
+        self.values.pop(id(v.record), None)
+
+    # --- recomputation ------------------------------------------------------------
+    def materialize(self, target: Value) -> Any:
+        """``target``'s array, recomputed from the nearest values in memory."""
+        a = target.ref()
+        if a is not None:
+            return a
+        need, have, todo, seen = [], {}, [target], {id(target)}
+        while todo:
+            w = todo.pop()
+            if w.pinned:
+                raise BackwardError(
+                    f"a DTR tape must recompute `{w.op.name}` (output shape {w.shape}), but "
+                    "backward has already passed it and freed its inputs. Pass "
+                    "retain_graph=True to the first backward() to backpropagate twice"
+                )
+            need.append(w)
+            for u in w.inputs:
+                if type(u) is Value and id(u) not in seen:
+                    seen.add(id(u))
+                    arr = u.ref()
+                    if arr is None:
+                        todo.append(u)
+                    else:
+                        have[id(u)] = arr  # held here: no eviction can take it now
+        # the inputs in memory count while the recomputation reads them (a value user code
+        # holds that no record saves was not counted so far)
+        self.make_room(list(have.values()), target.record)
+        for arr in have.values():
+            self.hold(arr)
+        need.sort(key=lambda w: w.record.seq)
+        uses: dict[int, int] = {}
+        for w in need:
+            for u in w.inputs:
+                if type(u) is Value:
+                    uses[id(u)] = uses.get(id(u), 0) + 1
+        for w in need:
+            out = _recompute(self, w, [have[id(u)] if type(u) is Value else u for u in w.inputs])
+            for u in w.inputs:
+                if type(u) is Value:
+                    uses[id(u)] -= 1
+                    if uses[id(u)] == 0:
+                        self.release(have.pop(id(u)))
+            self.make_room([out], w.record)
+            self.hold(out)
+            have[id(w)] = out
+            w.ref = weakref.ref(out)
+            if w.evicted:
+                self._restore(w, out)
+        out = have.pop(id(target))
+        self.release(out)
+        for arr in have.values():  # nothing is left but in a DAG of odd shape
+            self.release(arr)
+        return out
+
+    def _restore(self, w: Value, out: Any) -> None:
+        for record, i in w.slots:  # `out` is counted already: no new bytes
+            _set_slot(record, i, out)
+            self.hold(out)
+        w.evicted = False
+        w.cache = None
+        w.print = None
+        w.last = self.clock
+        if w.slots:
+            self.resident[id(w)] = w
+
+
+# --- the hooks --------------------------------------------------------------------
+
+_lock = threading.Lock()
+_open = [0, 0]  # DTR tapes open now (on_record is set while any is); caches alive
+_caches: weakref.WeakSet[Cache] = weakref.WeakSet()  # alive (before_vjp is set while any is)
+
+
+def _on_record(record, datas, kwargs, out):
+    cache = getattr(OPEN_TAPE.get(), "dtr_cache", None)
+    if cache is not None:
+        if _tape.FORWARD_MODE.get():
+            raise ValueError(
+                "rm.jvp recording inside rm.Tape(remat='dtr') is not supported: its forward "
+                "sweep reads saved values that DTR may have evicted"
+            )
+        cache.record(record, datas, kwargs, out)
+
+
+def _before_vjp(record):
+    for cache in list(_caches):
+        cache.before_vjp(record)
+
+
+def _alive(cache):
+    with _lock:
+        _caches.add(cache)
+        _open[1] += 1
+        core_tape.before_vjp = _before_vjp
+    weakref.finalize(cache, _gone)
+
+
+def _gone():
+    with _lock:
+        _open[1] -= 1
+        if _open[1] == 0:
+            core_tape.before_vjp = None
+
+
+def entered() -> None:
+    """A DTR tape was entered: watch the ops recorded (on_record)."""
+    with _lock:
+        _open[0] += 1
+        core_tape.on_record = _on_record
+
+
+def exited() -> None:
+    with _lock:
+        _open[0] -= 1
+        if _open[0] == 0:
+            core_tape.on_record = None
+
+
+class Records(list):
+    """A DTR tape's record list: it refuses a record it cannot evict nor recompute
+    (a loop's, a checkpoint's), at once."""
+
+    def append(self, record: Record) -> None:
+        if record.op.custom_backward is not None:
+            raise refuse("rm.checkpoint" if record.op.name != "loop" else "a checkpointed loop")
+        super().append(record)
+
+    def extend(self, records: Any) -> None:
+        for record in records:
+            self.append(record)

@@ -1,0 +1,64 @@
+"""Which saved value a DTR tape evicts first: the heuristics, each a score (lowest goes first).
+
+A heuristic is any callable ``score(value, now) -> float``.  ``value`` is a
+:class:`remat.graph.dtr.Value` (what the heuristic may read: ``cost``, the
+seconds its op took when last evaluated; ``size``, the bytes of the buffer
+it lives in; ``last``, the tick of the tape's clock at which it was last made,
+read or restored; ``evicted_neighbourhood_cost()``) and ``now`` is the clock's
+tick (one tick per recorded op and per record reversed).  The tape evicts, of
+the values it may free, the one with the lowest score.
+
+The four shipped here are those of Kirisame et al., *Dynamic Tensor
+Rematerialization* (ICLR 2021), so that they can be compared on one program:
+
+* :data:`h_dtr`: ``cost / (bytes * staleness)``, cheap to recompute, large and
+  long unused goes first;
+* :data:`h_dtr_eq`: the same with the cost of the evicted neighbourhood added
+  (evicting a value next to evicted ones makes their recomputation dearer);
+* :data:`lru`: the least recently used first;
+* :data:`largest_first`: the largest first.
+
+``h_dtr`` and ``h_dtr_eq`` read measured times, so their choices (and the least
+budget that works) may differ between runs; ``lru`` and ``largest_first`` do not.
+
+>>> from remat.graph import heuristics
+>>> sorted(heuristics.HEURISTICS)
+['h_dtr', 'h_dtr_eq', 'largest_first', 'lru']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class Heuristic:
+    """A named score: ``Heuristic("name", score)`` with ``score(value, now) -> float``."""
+
+    def __init__(self, name: str, score: Callable[[Any, int], float]) -> None:
+        self.name = name
+        self.score = score
+
+    def __call__(self, value: Any, now: int) -> float:
+        return self.score(value, now)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _staleness(value, now):
+    return now - value.last + 1
+
+
+h_dtr = Heuristic("h_dtr", lambda v, now: v.cost / (max(v.size, 1) * _staleness(v, now)))
+h_dtr_eq = Heuristic(
+    "h_dtr_eq",
+    lambda v, now: (
+        (v.cost + v.evicted_neighbourhood_cost()) / (max(v.size, 1) * _staleness(v, now))
+    ),
+)
+lru = Heuristic("lru", lambda v, now: v.last)
+largest_first = Heuristic("largest_first", lambda v, now: -v.size)
+
+HEURISTICS = {h.name: h for h in (h_dtr, h_dtr_eq, lru, largest_first)}
+"""name -> Heuristic: those ``rm.graph.DTR(heuristic=name)`` accepts by name."""
