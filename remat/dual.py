@@ -35,11 +35,9 @@ from typing import Any
 
 from . import backend
 from .core import apply as _core_apply
-from .core.apply import EAGER, WATCHING, output
-from .core.errors import operand_error
+from .core.apply import EAGER, evaluated
 from .core.tape import GRAD_ENABLED, STEP, Record
 from .core.tensor import Tensor
-from .selective import evaluate
 from .tape import StandIn
 
 _get_node = Tensor.__dict__["node"].__get__  # Tensor's own slot, under Dual's property
@@ -325,15 +323,7 @@ def dual_apply(op, inputs, forward_kw=None, rule_kw=None):
             datas.append(v)
     if trace is None or not trace.eager:
         return None
-    try:
-        if WATCHING:  # a frame watches op evaluations (remat.selective)
-            out = evaluate(op, datas, forward_kw)
-        else:
-            out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
-    except (ValueError, TypeError) as error:
-        raise operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
-    if type(out) is not backend.ndarray:
-        out = output(out)
+    out = evaluated(op, datas, forward_kw)  # the generic apply's forward
     if not recording:
         return Tensor._from_record(out, STEP.get())
     rules, kw = op.jvps, rule_kw if rule_kw is not None else forward_kw

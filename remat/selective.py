@@ -190,7 +190,7 @@ def _operands(args):
     """What is checked of an evaluation's operands: shape and dtype of each array,
     the value of each Python constant."""
     return tuple(
-        (tuple(a.shape), str(a.dtype)) if backend.is_array(a) else (type(a).__name__, repr(a))
+        (tuple(a.shape), a.dtype) if backend.is_array(a) else (type(a).__name__, repr(a))
         for a in args
     )
 
@@ -248,7 +248,7 @@ class Saving(Frame):
 
     def seen(self, op, args, out, ran):
         position = len(self.ops)
-        note = (op.name, _operands(args), tuple(out.shape), str(out.dtype))
+        note = (op.name, _operands(args), tuple(out.shape), out.dtype)
         self.ops.append(self.notes.setdefault(note, note))
         keep = self.ask(op.name, None)
         if self.check and (keep or self.eager):
@@ -353,7 +353,7 @@ class Reusing(Frame):
 
     def seen(self, op, args, out, ran):
         name, _, shape, dtype = self.kept.ops[self.position - 1]
-        if tuple(out.shape) != shape or str(out.dtype) != dtype:
+        if tuple(out.shape) != shape or out.dtype != dtype:
             raise self.mismatch(
                 self.position - 1,
                 op,

@@ -27,6 +27,7 @@ from contextvars import ContextVar
 from typing import TypeVar
 
 from . import backend
+from .core import tape as core_tape
 from .core.errors import BackwardError
 from .core.tape import (
     GRAD_ENABLED,
@@ -37,7 +38,6 @@ from .core.tape import (
     Sweep,
     _as_tensors,
     next_sequence,
-    tensor_namespace,
 )
 from .engine.views import RecorderViews, shape_text
 
@@ -406,7 +406,7 @@ def backward_to(root, seed, targets, floor, create_graph=False):
 
     Only records made at or after ``floor`` are reversed (see TargetSweep).
     """
-    ns = tensor_namespace() if create_graph else backend.ARRAY_NAMESPACE
+    ns = core_tape.tensor_ops if create_graph else backend.ARRAY_NAMESPACE
     sweep = TargetSweep(ns, targets, floor, create_graph=create_graph)
     if root.node:
         sweep.add(root.node, seed)

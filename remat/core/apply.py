@@ -11,53 +11,48 @@ the cotangent of its input.  ``needs`` says, per input, which saved values its
 rule reads: ``"0"``, ``"1"``... for arguments, ``"a"`` for the output (an op
 with any number of inputs gives a function of the count instead).  The record
 keeps exactly those, for the inputs that need a gradient, so an op never holds
-on to an array its backward will not read.  ``jvps`` are the tangent rules of
-forward mode, one per input (``SELF_ADJOINT`` where the Jacobian is diagonal
-or symmetric, so that the VJP rule serves).
+on to an array its backward will not read.  ``jvps`` are the tangent rules (:func:`defop`).
 
 :func:`apply` runs the forward and, if an input needs a gradient, leaves a
 Record.  Saving an array costs nothing more: remat never writes into an array
 it made, so only memory handed out to the user can change, and those saves are
 fingerprinted (:mod:`remat.guard`).
 
-Hooks (where the engine enters; empty, each costs one test per op)
---------------------------------------------------------------------
+Hooks (where the engine enters; each costs one test per op while unused)
+--------------------------------------------------------------------------
 * :data:`WATCHING` -- while not empty, forwards run through :data:`evaluate`
-  (``remat.selective``'s frames count, keep and reuse outputs), and the
-  engine's fast paths hand every op to this function (``remat.engine.generic_only``).
-* :data:`EAGER` -- while not empty, an operand may be a Dual of an eager
-  ``rm.jvp``, and :data:`dual_apply` computes value and tangent at once (``remat.dual``).
-* a falsy node that is not None is the engine's marker of a loop step's value:
-  ``node.used_in(op_name)`` refuses it outside its step.
-* an output that needs no gradient gets ``STEP.get()`` as its node (None outside steps).
+  (``remat.selective``'s frames), and the fast paths hand every op to :func:`apply`.
+* :data:`EAGER` -- while not empty, an operand may be a Dual of an eager ``rm.jvp``,
+  and :data:`dual_apply` computes value and tangent at once (``remat.dual``).
+* a falsy node that is not None marks a loop step's value: ``node.used_in(op_name)``
+  refuses it outside its step; an output that needs no gradient gets ``STEP.get()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from .. import backend
 from ..guard import WATCHED, checks
 from . import tape as core_tape
-from .errors import check_axis, operand_error
+from .errors import operand_error
 from .tape import GRAD_ENABLED, STEP, Record
 from .tensor import Tensor
-from .values import holds_tensors
+from .values import holds_tensors, output
 
 if TYPE_CHECKING:
     from ..typing import TensorLike
 
-xp = backend.xp
+xp, ndarray = backend.xp, backend.ndarray
+new_tensor = Tensor.__new__
 
 OPS: dict[str, Op] = {}
 """name -> Op: every differentiable primitive, in one table (the tests are made from it)."""
 
-WATCHING: list[Any] = []
-"""Hook: what watches op evaluations now, in any thread (remat.selective's frames)."""
-EAGER: list[Any] = []
-"""Hook: the traces of the ``rm.jvp`` calls running eagerly now (remat.dual)."""
+WATCHING: list[Any] = []  # hook: what watches op evaluations now, in any thread
+EAGER: list[Any] = []  # hook: the traces of the rm.jvp calls running eagerly now
 evaluate: Callable[..., Any] = None  # type: ignore[assignment]  # remat.selective's
 dual_apply: Callable[..., Any] = None  # type: ignore[assignment]  # remat.dual's
 
@@ -65,27 +60,15 @@ dual_apply: Callable[..., Any] = None  # type: ignore[assignment]  # remat.dual'
 class Op:
     """A primitive: its name, forward, VJP rules and what the rules read."""
 
-    __slots__ = (
-        "name",
-        "forward",
-        "vjps",
-        "jvps",
-        "needs",
-        "keep",
-        "custom_backward",  # a loop's record reverses itself
-        "custom_tangent",
-    )
+    __slots__ = tuple("name forward vjps jvps needs keep custom_backward custom_tangent".split())
 
     def __init__(
         self, name, forward, vjps, needs, custom_backward=None, jvps=None, custom_tangent=None
     ):
-        self.name = name
-        self.custom_tangent = custom_tangent  # forward mode for a multi-output record
-        self.forward = forward
-        self.vjps = vjps
+        self.name, self.forward, self.vjps, self.needs = name, forward, vjps, needs
         self.jvps = vjps if jvps is SELF_ADJOINT else jvps
-        self.needs = needs
-        self.custom_backward = custom_backward
+        self.custom_backward = custom_backward  # a checkpointed loop's record reverses itself
+        self.custom_tangent = custom_tangent  # forward mode for a multi-output record
         # keep[mask] = (which args to save, whether to save the output), for
         # each mask of inputs needing a gradient (precomputed for fixed arity).
         self.keep = {}
@@ -139,11 +122,6 @@ class Variadic:
         return lambda ns, g, ans, *args, **kw: rule(i, ns, g, ans, *args, **kw)
 
 
-def output(out):
-    """An op's output as an array: NumPy returns scalars from full reductions."""
-    return out if backend.is_array(out) else xp.asarray(out)
-
-
 def apply(op, inputs, forward_kw=None, vjp_kw=None):
     """Apply any primitive: ``inputs`` are Tensors or constants.
 
@@ -153,22 +131,13 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     tensors = [
         as_tensor(v) if backend.is_array(v) or isinstance(v, (list, tuple)) else v for v in inputs
     ]
-    if EAGER:  # an rm.jvp runs eagerly somewhere: a Dual among the operands?
-        for t in tensors:
-            if type(t) is not Tensor and isinstance(t, Tensor):  # a Dual (Tensor's subclass)
-                out = dual_apply(op, tensors, forward_kw, vjp_kw)
-                if out is not None:
-                    return out
-                break
+    if EAGER:  # an rm.jvp runs eagerly somewhere: a Dual (a Tensor's subclass) among them?
+        if any(type(t) is not Tensor and isinstance(t, Tensor) for t in tensors):
+            out = dual_apply(op, tensors, forward_kw, vjp_kw)
+            if out is not None:
+                return out
     datas = [t._data if isinstance(t, Tensor) else t for t in tensors]
-    try:
-        if WATCHING:
-            out = evaluate(op, datas, forward_kw)
-        else:
-            out = op.forward(*datas, **forward_kw) if forward_kw else op.forward(*datas)
-    except (ValueError, TypeError) as error:
-        raise operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
-    out = output(out)
+    out = evaluated(op, datas, forward_kw)
     nodes = tuple(t.node if isinstance(t, Tensor) else None for t in tensors)
     if not GRAD_ENABLED.get():
         return Tensor._from_record(out, STEP.get())
@@ -187,12 +156,39 @@ def apply(op, inputs, forward_kw=None, vjp_kw=None):
     keep_args, keep_ans = keep
     saved = tuple(d if k else None for d, k in zip(datas, keep_args))
     kw = vjp_kw if vjp_kw is not None else forward_kw
-    record = Record(op, nodes, saved, out if keep_ans else None, kw, out.shape)
+    return recorded(op, nodes, saved, out if keep_ans else None, kw, out, datas, forward_kw)
+
+
+def evaluated(op, datas, kw):
+    """The output array of ``op``'s forward on ``datas``; an error NumPy raises on
+    the operands becomes one that names the op and their shapes."""
+    try:
+        if WATCHING:
+            out = evaluate(op, datas, kw)
+        else:
+            out = op.forward(*datas, **kw) if kw else op.forward(*datas)
+    except (ValueError, TypeError) as error:
+        raise operand_error(op, [d for d in datas if hasattr(d, "shape")], error) from None
+    return out if type(out) is ndarray else output(out)
+
+
+def recorded(op, nodes, saved, ans, kw, out, inputs, forward_kw):
+    """``out`` as a Tensor on a new Record of ``op``: the one place an applied op
+    leaves its record, for :func:`apply` and the engine's fast paths alike.
+
+    ``nodes`` has each input's node (None where no gradient is wanted), ``saved``
+    the operands the VJP rules read (None elsewhere), ``ans`` the output if they
+    read it.  A saved array the user could write in place is fingerprinted.
+    ``inputs`` (the arrays or numbers the forward read) and ``forward_kw`` go to the
+    :data:`~remat.core.tape.on_record` hook, with ``out``: what runs the op again.
+    """
+    record = Record(op, nodes, saved, ans, kw, out.shape)
     if WATCHED:  # something was handed out: fingerprint what of it this record saved
-        record.checks = checks(record.args)
-    t = Tensor._from_record(out, record)
-    if core_tape.on_record is not None:  # the hook (remat.graph's eviction)
-        core_tape.on_record(record, datas, forward_kw, out)
+        record.checks = checks(saved)
+    t = new_tensor(Tensor)
+    t._data, t.grad, t.node = out, None, record
+    if core_tape.on_record is not None:  # the hook: what to run the op again with
+        core_tape.on_record(record, inputs, forward_kw, out)
     return t
 
 
@@ -201,40 +197,6 @@ def as_tensor(value: TensorLike) -> Tensor:
     and a (nested) list holding Tensors is stacked, so that their gradients flow."""
     if isinstance(value, Tensor):
         return value
-    if isinstance(value, (list, tuple)) and holds_tensors(value):
-        return stack([as_tensor(v) for v in value])
+    if isinstance(value, (list, tuple)) and holds_tensors(value):  # the op stack of remat.ops
+        return apply(OPS["stack"], [as_tensor(v) for v in value], {"axis": 0})
     return Tensor._wrap(backend.asarray(value))
-
-
-# stack is here, with as_tensor (which stacks a list of Tensors), not among the
-# shape ops of remat.ops.shape.
-def _stack(*arrays, axis):
-    return xp.stack(arrays, axis=axis)
-
-
-STACK = defop(
-    "stack",
-    _stack,
-    Variadic(lambda i, ns, g, ans, *xs, axis: g[(slice(None),) * axis + (i,)]),
-    needs=lambda n: ("",) * n,
-    jvps=Variadic(
-        lambda i, ns, t, ans, *xs, axis: ns.scatter_add(
-            t.shape[:axis] + (len(xs),) + t.shape[axis:], (slice(None),) * axis + (i,), t
-        )
-    ),
-)
-
-
-def stack(tensors: Sequence[TensorLike], axis: int = 0) -> Tensor:
-    """Join tensors along a new axis.
-
-    >>> import remat as rm
-    >>> rm.stack([rm.zeros(2), rm.ones(2)], axis=1)
-    tensor([[0., 1.],
-           [0., 1.]])
-    """
-    parts = [as_tensor(t) for t in tensors]
-    if not parts:
-        raise ValueError("stack: needs at least one tensor")
-    axis = check_axis("stack", axis, parts[0].ndim + 1)
-    return apply(STACK, parts, {"axis": axis})

@@ -23,18 +23,15 @@ any other computation.
 Hooks: where the engine enters the core (all unused by the core itself)
 --------------------------------------------------------------------------
 * :data:`OPEN_TAPE` -- an open recorder (``remat.Recorder``) lists each record made.
-* :data:`on_record` -- ``f(record, inputs, forward_kw, out)`` right after an op made its
-  Record, with what its forward read and returned: enough to run it again (None: no call).
-* :data:`before_vjp` -- ``f(record)`` before the sweep reads a record's saved values
-  (``args``, ``ans``) for its VJP (None: no call); it may put back what it evicted.
-* ``record.checks`` and ``remat.guard`` -- saved arrays the user could have
-  written in place are checked before they are read (:meth:`Record.check_saved`).
+* :data:`on_record` -- ``f(record, inputs, forward_kw, out)`` for each op recorded, with
+  what its forward read and returned (enough to run it again); :data:`before_vjp` --
+  ``f(record)`` before the sweep reads what a record saved (it may put back what it evicted).
+* ``record.checks`` and ``remat.guard`` -- saved arrays the user could have written
+  in place are checked before they are read (:meth:`Record.check_saved`).
 * ``node.reached(sweep, g)`` -- a node that is neither a user's :class:`Leaf` nor a
-  record this sweep reverses (an input remat made, a record of another sweep)
-  says itself what reaching it means.
-* ``op.custom_backward(record, g, sweep)`` -- an op that reverses itself (a
-  checkpointed loop replays its steps).
-* :func:`use_tensor_namespace` -- the ops give the tape what ``create_graph`` computes with.
+  record this sweep reverses says itself what reaching it means.
+* ``op.custom_backward(record, g, sweep)`` -- an op that reverses itself;
+  :data:`tensor_ops` -- what ``create_graph`` computes with (``remat.ops`` sets it).
 """
 
 from __future__ import annotations
@@ -50,11 +47,7 @@ from .. import backend, guard
 from .errors import changed_error, freed_error
 
 _sequence = count()  # shared by all threads: numbers only ever grow
-
-
-def next_sequence() -> int:
-    """Take a sequence number: every record made after this call has a larger one."""
-    return next(_sequence)
+next_sequence = _sequence.__next__  # a number: every record made after it has a larger one
 
 
 # Per thread and per context (each asyncio task sees its own values): whether ops
@@ -64,13 +57,8 @@ GRAD_ENABLED = ContextVar("remat_grad_enabled", default=True)
 STEP = ContextVar("remat_step", default=None)
 OPEN_TAPE = ContextVar("remat_open_tape", default=None)
 
-on_record: Callable[[Record, Any, Any, Any], None] | None = None
-"""Hook: called by every op that made a Record (the generic apply and the engine's fast
-paths), with the arrays or numbers its forward read, the keywords it ran with, and
-its output; remat.graph's eviction keeps these to run the op again."""
-before_vjp: Callable[[Record], None] | None = None
-"""Hook: called with each record the sweep is about to reverse, before its saved
-values are read (remat.graph puts back the values it evicted)."""
+on_record: Callable[[Record, Any, Any, Any], None] | None = None  # hook: remat.graph's eviction
+before_vjp: Callable[[Record], None] | None = None  # hook: remat.graph puts evicted values back
 
 
 class Record:
@@ -87,18 +75,7 @@ class Record:
     ('sin', (2,), 16)
     """
 
-    __slots__ = (
-        "op",
-        "seq",
-        "parents",
-        "args",
-        "ans",
-        "kwargs",
-        "shape",
-        "ct",
-        "checks",
-        "rebound",
-    )
+    __slots__ = tuple("op seq parents args ans kwargs shape ct checks rebound".split())
     rebound: int  # set only when a tensor it made gets a new value (Tensor.data); getattr
 
     def __init__(self, op: Any, parents: Any, args: Any, ans: Any, kwargs: Any, shape: Any) -> None:
@@ -107,8 +84,7 @@ class Record:
         self.parents = parents  # per input: None, a Record, or a Leaf
         self.args = args  # per input: the saved array / constant, or None
         self.ans = ans  # the output array if the VJP needs it, else None
-        self.kwargs = kwargs
-        self.shape = shape
+        self.kwargs, self.shape = kwargs, shape  # what the VJP rules take besides; output's shape
         self.ct = None  # the cotangent, filled in during backward
         self.checks = None  # fingerprints of saved arrays the user could write (remat.guard)
         tape = OPEN_TAPE.get()
@@ -304,43 +280,18 @@ class Sweep:
             raise
 
 
-_tensor_ops: Any = None  # remat.ops' TENSOR_NAMESPACE, once remat.ops is imported
-
-
-def use_tensor_namespace(ns: Any) -> None:
-    """Give the tape the namespace of differentiable ops (remat.ops calls this once, as
-    it is imported): what VJP rules compute with when a backward is itself recorded
-    (``create_graph``), and ``ns.on_tape(array, node)``, which makes a saved array a
-    Tensor on its node.  The tape sits below the Tensor and the ops, so it is told
-    them rather than importing them."""
-    global _tensor_ops
-    _tensor_ops = ns
-
-
-def tensor_namespace() -> Any:
-    """The namespace :func:`use_tensor_namespace` gave."""
-    return _tensor_ops
+tensor_ops: Any = None
+"""Hook: remat.ops' namespace of differentiable ops, set as it is imported (the tape
+sits below the ops): what VJP rules compute with when a backward is itself recorded
+(``create_graph``); its ``on_tape(array, node)`` makes a saved array a Tensor."""
 
 
 def _as_tensors(record):
     """The record's saved values as Tensors linked to their nodes (for create_graph)."""
-    on_tape = _tensor_ops.on_tape
+    on_tape = tensor_ops.on_tape
     args = tuple(
         a if node is None or a is None else on_tape(a, node)
         for a, node in zip(record.args, record.parents)
     )
     ans = None if record.ans is None else on_tape(record.ans, record)
     return args, ans
-
-
-def backward(roots, cotangents, retain_graph=False):
-    """Run a reverse sweep from ``roots`` seeded with ``cotangents``.
-
-    Returns ``leaf_grads``: id(leaf) -> [leaf, gradient, owned] for every leaf reached.
-    """
-    sweep = Sweep(backend.ARRAY_NAMESPACE, retain_graph=retain_graph)
-    for root, ct in zip(roots, cotangents):
-        if root.node:
-            sweep.add(root.node, ct)
-    sweep.run()
-    return sweep.leaf_grads

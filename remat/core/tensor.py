@@ -7,12 +7,10 @@ A Tensor holds its value in ``data`` (a backend array) and one link, ``node``:
 * a :class:`~remat.core.tape.Leaf` for a *leaf* created with ``requires_grad=True``;
 * the :class:`~remat.core.tape.Record` of the op that produced it otherwise.
 
-``backward()`` seeds the output's cotangent and runs the sweep of
-:mod:`remat.core.tape`, then adds each leaf's gradient into its ``.grad``.
-Arithmetic operators and methods such as ``.sum()`` are the ops of
-:mod:`remat.ops`, which attaches them when it is imported (the ops sit above
-the Tensor); conversions and in-place updates come from its base class,
-:class:`remat.core.values.ArrayFace`.
+``backward()`` seeds the output's cotangent, runs the sweep of :mod:`remat.core.tape`
+and adds each leaf's gradient into its ``.grad``.  Operators and methods such as
+``.sum()`` are the ops of :mod:`remat.ops`, attached as it is imported; conversions,
+in-place updates and ``shape`` come from the base class :class:`remat.core.values.ArrayFace`.
 """
 
 from __future__ import annotations
@@ -20,15 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import backend
-from .errors import (
-    BackwardError,
-    as_leaf_dtype,
-    check_differentiable_dtype,
-    own_gradients,
-    refuse_complex,
-)
-from .tape import Leaf, Record, backward
-from .values import ArrayFace, refuse_tensors_inside
+from .errors import as_leaf_dtype, check_differentiable_dtype, own_gradients
+from .tape import Leaf, Record, Sweep
+from .values import ArrayFace, refuse_tensors_inside, seed_of
 
 if TYPE_CHECKING:
     from ..typing import Array, TensorLike
@@ -76,8 +68,7 @@ class Tensor(ArrayFace):
     def _wrap(cls, array, requires_grad=False):
         """A tensor holding ``array`` itself, which remat made (internal: no copy)."""
         t = cls.__new__(cls)
-        t._data = array
-        t.grad = None
+        t._data, t.grad = array, None
         t.node = Leaf(t) if requires_grad else None
         return t
 
@@ -85,28 +76,8 @@ class Tensor(ArrayFace):
     def _from_record(cls, data, node):
         """A tensor on an existing node: an op's output (for the ops; not for users)."""
         t = cls.__new__(cls)
-        t._data = data
-        t.grad = None
-        t.node = node
+        t._data, t.grad, t.node = data, None, node
         return t
-
-    # --- what it is ------------------------------------------------------------
-    @property
-    def requires_grad(self) -> bool:
-        return bool(self.node)
-
-    @requires_grad.setter
-    def requires_grad(self, flag: bool) -> None:
-        if type(self.node) is Record:
-            raise ValueError(
-                f"requires_grad can only be changed on a leaf tensor; this one is the output of "
-                f"`{self.node.op.name}`. Use .detach() to make a new leaf."
-            )
-        if flag and self.node:  # requires grad already (rm.grad's argument stays its own)
-            return
-        if flag:
-            check_differentiable_dtype(self._data)
-        self.node = Leaf(self) if flag else None
 
     @property
     def record(self) -> Record | None:
@@ -117,17 +88,6 @@ class Tensor(ArrayFace):
     def is_leaf(self) -> bool:
         return type(self.node) is not Record
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The shape, as NumPy gives it: ``rm.ones((2, 3)).shape == (2, 3)``."""
-        return self._data.shape
-
-    @property
-    def dtype(self) -> Any:
-        """The element type, a NumPy dtype (``float64`` unless asked otherwise)."""
-        return self._data.dtype
-
-    # --- gradients -------------------------------------------------------------
     def backward(self, grad: TensorLike | None = None, retain_graph: bool = False) -> None:
         """Backpropagate from this tensor and *add* the gradients into each leaf's ``.grad``.
 
@@ -136,44 +96,13 @@ class Tensor(ArrayFace):
         arrays are freed as the sweep passes them, so a second backward through
         the same graph raises unless the first was given ``retain_graph=True``.
         """
-        if not self.node:
-            if self.node is not None:
-                raise self.node.escaped("backward()")  # a loop step's value, outside its step
-            raise BackwardError(
-                "backward() on a tensor that does not require grad: nothing on the tape leads to "
-                "it. Create the inputs with requires_grad=True (outside rm.no_grad())."
-            )
-        if grad is None:
-            if self._data.size != 1:
-                raise BackwardError(
-                    f"backward() without a gradient needs a single-element output; this tensor has "
-                    f"shape {self.shape}. Pass grad= an array of shape {self.shape}."
-                )
-            seed = backend.ones_like(self._data)
-        else:
-            seed = grad._data if isinstance(grad, Tensor) else backend.asarray(grad)
-            if seed.shape != self.shape:
-                raise BackwardError(
-                    f"backward(): grad has shape {seed.shape} but the tensor has shape {self.shape}"
-                )
-            refuse_complex(seed, "backward(): grad", self.dtype)
-            seed = seed.astype(self.dtype, copy=False)
-        leaf_grads = backward([self], [seed], retain_graph=retain_graph)
-        pairs = ((leaf, g) for leaf, g, _ in leaf_grads.values())
+        seed = seed_of(self, grad)  # refuses what cannot start a backward from here
+        sweep = Sweep(backend.ARRAY_NAMESPACE, retain_graph=retain_graph)
+        sweep.add(self.node, seed)
+        sweep.run()
+        pairs = ((leaf, g) for leaf, g, _ in sweep.leaf_grads.values())
         for leaf, g in own_gradients(pairs, seed):
             g = as_leaf_dtype(g, leaf)
             tensor = leaf.tensor()
             if tensor is not None:  # else nobody can read this gradient any more
                 tensor.grad = g if tensor.grad is None else tensor.grad + g
-
-    def detach(self) -> Tensor:
-        """The same values, cut from the tape (a constant sharing the array)."""
-        return Tensor._wrap(self._data)
-
-    if TYPE_CHECKING:
-
-        @classmethod
-        def _stand_in(cls, array: Any) -> Tensor:
-            """A leaf standing for an input remat differentiates with respect to
-            (attached by :mod:`remat.tensor`, where the engine's StandIn is known)."""
-            ...

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import backend, guard
-from .errors import DTypeError
+from .errors import BackwardError, DTypeError, check_differentiable_dtype, refuse_complex
 from .tape import GRAD_ENABLED, Leaf, Record, next_sequence
 
 if TYPE_CHECKING:
@@ -32,12 +32,45 @@ class ArrayFace:
         grad: Array | None
         node: Any
 
-        @property
-        def shape(self) -> tuple[int, ...]: ...
-        @property
-        def dtype(self) -> Any: ...
         @classmethod
         def _wrap(cls, array: Any, requires_grad: bool = False) -> Tensor: ...
+        @classmethod
+        def _stand_in(cls, array: Any) -> Tensor:
+            """A leaf standing for an input remat differentiates with respect to
+            (attached by :mod:`remat.tensor`, where the engine's StandIn is known)."""
+            ...
+
+    # --- what it is -------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return bool(self.node)
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        if type(self.node) is Record:
+            raise ValueError(
+                f"requires_grad can only be changed on a leaf tensor; this one is the output of "
+                f"`{self.node.op.name}`. Use .detach() to make a new leaf."
+            )
+        if flag and self.node:  # requires grad already (rm.grad's argument stays its own)
+            return
+        if flag:
+            check_differentiable_dtype(self._data)
+        self.node = Leaf(self) if flag else None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape, as NumPy gives it: ``rm.ones((2, 3)).shape == (2, 3)``."""
+        return self._data.shape
+
+    @property
+    def dtype(self) -> Any:
+        """The element type, a NumPy dtype (``float64`` unless asked otherwise)."""
+        return self._data.dtype
+
+    def detach(self) -> Tensor:
+        """The same values, cut from the tape (a constant sharing the array)."""
+        return self._wrap(self._data)
 
     # --- its value ------------------------------------------------------------
     @property
@@ -264,6 +297,37 @@ class ArrayFace:
         def astype(self, dtype: DTypeLike) -> Tensor: ...
         def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor: ...
         def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor: ...
+
+
+def output(out):
+    """An op's output as an array: NumPy returns scalars from full reductions."""
+    return out if backend.is_array(out) else backend.xp.asarray(out)
+
+
+def seed_of(tensor: Any, grad: Any) -> Any:
+    """The cotangent ``tensor.backward(grad)`` starts from: ``grad`` as an array of the
+    tensor's shape and dtype, or ones for a one-element tensor; refuses the rest."""
+    if not tensor.node:
+        if tensor.node is not None:
+            raise tensor.node.escaped("backward()")  # a loop step's value, outside its step
+        raise BackwardError(
+            "backward() on a tensor that does not require grad: nothing on the tape leads to "
+            "it. Create the inputs with requires_grad=True (outside rm.no_grad())."
+        )
+    if grad is None:
+        if tensor._data.size != 1:
+            raise BackwardError(
+                f"backward() without a gradient needs a single-element output; this tensor has "
+                f"shape {tensor.shape}. Pass grad= an array of shape {tensor.shape}."
+            )
+        return backend.ones_like(tensor._data)
+    seed = grad._data if isinstance(grad, ArrayFace) else backend.asarray(grad)
+    if seed.shape != tensor.shape:
+        raise BackwardError(
+            f"backward(): grad has shape {seed.shape} but the tensor has shape {tensor.shape}"
+        )
+    refuse_complex(seed, "backward(): grad", tensor.dtype)
+    return seed.astype(tensor.dtype, copy=False)
 
 
 def refuse_tensors_inside(data):

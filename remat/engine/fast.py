@@ -9,11 +9,14 @@ bit for bit.  While anything watches op evaluations (``remat.selective``'s
 frames, or :func:`remat.engine.generic_only`), each hands its op to ``apply``,
 so what is counted, kept or replayed is only ever seen through the generic path.
 
-The closures of :func:`make_unary` and :func:`make_binary` bind the op's
-forward and what it keeps as locals, so that an op on small arrays costs
-little more than the NumPy call itself.  A node is truthy when the value needs
-a gradient (a Record or a Leaf), and falsy otherwise (None, or a loop step's
-marker, whose ``used_in`` refuses a use outside its step).
+Every path leaves its record through the core's one record-building function,
+:func:`remat.core.apply.recorded` (the Record, the guard's fingerprints, the
+output Tensor), as the generic ``apply`` does; what each inlines is the rest:
+the forward, the operand checks and the keep mask, which the closures of
+:func:`make_unary` and :func:`make_binary` bind as locals, so that an op on
+small arrays costs little more than the NumPy call itself.  A node is truthy
+when the value needs a gradient (a Record or a Leaf), and falsy otherwise (None,
+or a loop step's marker, whose ``used_in`` refuses a use outside its step).
 """
 
 from __future__ import annotations
@@ -22,13 +25,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import backend
-from ..core import tape as core_tape
-from ..core.apply import WATCHING, Op, apply, as_tensor, output
+from ..core.apply import WATCHING, Op, apply, as_tensor, output, recorded
 from ..core.errors import operand_error
-from ..core.tape import GRAD_ENABLED, STEP, Record
+from ..core.tape import GRAD_ENABLED, STEP
 from ..core.tensor import Tensor
 from ..dual import Dual, dual_apply, no_tangent_rule
-from ..guard import WATCHED, checks
 from ..typing import TensorLike
 
 
@@ -53,15 +54,8 @@ def unary(op: Op, x: Any, **kw: Any) -> Tensor:
     node = x.node
     if node and GRAD_ENABLED.get():
         (keep_x,), keep_ans = op.keep[(True,)]
-        record = Record(
-            op, (node,), (data if keep_x else None,), out if keep_ans else None, kw, out.shape
-        )
-        if WATCHED:
-            record.checks = checks(record.args)
-        t = Tensor._from_record(out, record)
-        if core_tape.on_record is not None:  # the core's hook (remat.graph's eviction)
-            core_tape.on_record(record, (data,), kw, out)
-        return t
+        saved = (data if keep_x else None,)
+        return recorded(op, (node,), saved, out if keep_ans else None, kw, out, (data,), kw)
     if node is not None and not node and GRAD_ENABLED.get():
         node.used_in(op.name)
     return Tensor._from_record(out, STEP.get())
@@ -117,22 +111,14 @@ def make_unary(op: Op, doc: str | None = None) -> Callable[[TensorLike], Tensor]
             raise operand_error(op, (data,), error) from None
         if type(out) is not ndarray:
             out = output(out)
-        t = new(Tensor)
-        t._data = out
-        t.grad = None
         node = x.node
         if node and grad_enabled():
-            t.node = record = Record(
-                op, (node,), (data if keep_x else None,), out if keep_ans else None, None, out.shape
-            )
-            if keep_x and WATCHED:
-                record.checks = checks(record.args)
-            if core_tape.on_record is not None:  # the core's hook (remat.graph's eviction)
-                core_tape.on_record(record, (data,), None, out)
-            return t
+            saved = (data if keep_x else None,)
+            return recorded(op, (node,), saved, out if keep_ans else None, None, out, (data,), None)
         if node is not None and not node and grad_enabled():
             node.used_in(op.name)
-        t.node = step()
+        t = new(Tensor)
+        t._data, t.grad, t.node = out, None, step()
         return t
 
     f.__name__ = f.__qualname__ = op.name
@@ -233,11 +219,7 @@ def make_binary(op: Op, doc: str | None = None) -> Callable[[TensorLike, TensorL
             raise operand_error(op, (da, db), error) from None
         if type(out) is not ndarray:
             out = output(out)
-        t = new(Tensor)
-        t._data = out
-        t.grad = None
-        recording = grad_enabled()
-        if recording:
+        if grad_enabled():
             if na is not None and not na:  # a loop step's value: only inside its step
                 na.used_in(op.name)
             if nb is not None and not nb:
@@ -251,22 +233,11 @@ def make_binary(op: Op, doc: str | None = None) -> Callable[[TensorLike, TensorL
                     (keep_a, keep_b), keep_ans = keep_first
                 else:
                     (keep_a, keep_b), keep_ans = keep_both
-                t.node = record = Record(
-                    op,
-                    (na, nb),
-                    (da if keep_a else None, db if keep_b else None),
-                    out if keep_ans else None,
-                    None,
-                    out.shape,
-                )
-                if WATCHED and (
-                    (keep_a and type(da) not in scalars) or (keep_b and type(db) not in scalars)
-                ):  # an array is saved while something is watched: the benchmark line's cost
-                    record.checks = checks(record.args)
-                if core_tape.on_record is not None:  # the core's hook (remat.graph's eviction)
-                    core_tape.on_record(record, (da, db), None, out)
-                return t
-        t.node = step()
+                saved = (da if keep_a else None, db if keep_b else None)
+                ans = out if keep_ans else None
+                return recorded(op, (na, nb), saved, ans, None, out, (da, db), None)
+        t = new(Tensor)
+        t._data, t.grad, t.node = out, None, step()
         return t
 
     f.__name__ = f.__qualname__ = op.name
@@ -291,11 +262,7 @@ def basic_getitem(op: Op, x: Tensor, index: Any) -> Tensor:
     node = x.node
     if node and GRAD_ENABLED.get():
         kw = {"index": index, "shape": data.shape}
-        record = Record(op, (node,), (None,), None, kw, out.shape)
-        t = Tensor._from_record(out, record)
-        if core_tape.on_record is not None:  # the core's hook (remat.graph's eviction)
-            core_tape.on_record(record, (data,), {"index": index}, out)
-        return t
+        return recorded(op, (node,), (None,), None, kw, out, (data,), {"index": index})
     if node is not None and not node and GRAD_ENABLED.get():
         node.used_in(op.name)
     return Tensor._from_record(out, STEP.get())

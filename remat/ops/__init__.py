@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from .. import backend
-from ..core.tape import use_tensor_namespace
+from ..core import tape as _core_tape
 from .core import OPS, ShapeError, Tensor, as_tensor, stack
 from .elementwise import (
     abs,
@@ -146,11 +146,10 @@ def attach_methods(Tensor):
 
 
 attach_methods(Tensor)
-use_tensor_namespace(TENSOR_NAMESPACE)
+_core_tape.tensor_ops = TENSOR_NAMESPACE  # the core tape's hook: what create_graph computes with
 
 __all__ = sorted(
     name
     for name in dir()
-    if not name.startswith("_")
-    and name not in ("SimpleNamespace", "Tensor", "backend", "use_tensor_namespace")
+    if not name.startswith("_") and name not in ("SimpleNamespace", "Tensor", "backend")
 )
