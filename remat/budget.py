@@ -30,7 +30,7 @@ from .graph import options as _dtr_options
 from .pytree import flatten
 from .schedules.arguments import require_count
 from .tape import Recorder
-from .tape_options import Reversal, check_disk_dir, disk_policy, resolve_policy
+from .tape_options import check_disk_dir, reversal_of
 from .tensor import Tensor
 
 if TYPE_CHECKING:
@@ -47,29 +47,24 @@ class Tape(Recorder):
     periodic, online and mixed; store_all and sqrt size their memory
     themselves and do not use it.  ``Tape()`` alone stores everything.
 
-    ``check_replay`` checks that recomputed steps give what they gave the
-    first time: always the structure, shapes and dtypes of their outputs, and
-    the values where taped runs meet: each taped step must return the state the
-    next step was taped at, the last one the x_n of the forward (and a scan's
-    y_i its first run's), so the gradient follows one trajectory of the taped
-    steps from x_0 to that x_n (:mod:`remat.executor.replay`; its memory does not grow
-    with n).  Values are compared by a CRC-32 of about 64 elements of each
-    array, spaced by a prime stride, so it costs the same for any state size;
-    ``check_replay="full"`` reads every element;
-    ``check_replay=False`` checks no values.  ``trace=True`` records the bytes held
+    ``check_replay`` checks that recomputed steps give what they gave the first
+    time: always the structure, shapes and dtypes of their outputs, and the values
+    where taped runs meet (each taped step must return the state the next step was
+    taped at, the last one the forward's x_n, a scan's y_i its first run's), so the
+    gradient follows one trajectory from x_0 to x_n (:mod:`remat.executor.replay`;
+    its memory does not grow with n).  Values are compared by a CRC-32 of about 64
+    elements of each array, at any state size; ``"full"`` reads every element,
+    ``False`` checks no values.  ``trace=True`` records the bytes held
     after every action (for :func:`remat.plot.memory_timeline`);
     ``snapshot_device="cpu"`` keeps snapshots in host memory while the steps
-    run on the GPU.  ``policy`` (:mod:`remat.policies`) is selective
-    recomputation inside the steps: the first run of each step keeps the op
-    outputs the policy chooses, held (and counted in ``tape.stats.peak_bytes``)
-    until the step is reversed, and every recomputation of that step reuses
-    them instead of evaluating those ops again (store_all recomputes nothing,
-    so keeps nothing).  A policy is any callable ``policy(op_name,
-    value_name) -> bool``, called positionally; None (or ``save_nothing``)
-    keeps nothing.  With ``memory=``, the plan is made in what is left of the
-    budget once the policy's kept values (measured) are counted.
-    (``tape.recompute`` is the policy given, None for save_nothing;
-    ``tape.policy`` is the schedule and its budget.)
+    run on the GPU.  ``policy`` (:mod:`remat.policies`, any callable
+    ``policy(op_name, value_name) -> bool`` called positionally) is selective
+    recomputation inside the steps: a step's first run keeps the op outputs it
+    chooses, held (and counted in ``tape.stats.peak_bytes``) until the step is
+    reversed, and every recomputation of that step reuses them (store_all keeps
+    nothing); None or ``save_nothing`` keeps nothing.  With ``memory=``, the plan is
+    made in what is left of the budget once the policy's kept values are counted.
+    (``tape.recompute`` is the policy given; ``tape.policy`` the schedule and slots.)
 
     ``memory=`` is a budget in bytes (an int, or ``"512 KiB"``, ``"64 MiB"``,
     ``"2 GB"``): each loop, chain and scan is measured, planned with
@@ -84,16 +79,14 @@ class Tape(Recorder):
     ``snapshots=`` take the most slots that fit.  Other schedules are refused.
 
     ``disk_snapshots=d`` adds ``d`` disk slots to the ``s`` memory slots of
-    ``snapshots=s`` (which may then be 0): its chains run the optimal
-    two-level schedule, :class:`remat.schedules.TwoLevel`, with the write and
-    read costs measured on the first chain (:mod:`remat.disk`).  Disk
-    snapshots are files in a fresh folder inside ``disk_dir`` (a str, bytes
-    or path-like naming an existing folder you may write in, checked here;
-    None: the system's temporary folder), removed after backward, on any
-    error and at exit (:mod:`remat.storage`); each file's size is checked
-    once written (a write cut short raises :class:`remat.DiskError`);
-    ``tape.stats`` counts the disk writes, reads and bytes.  ``disk_dir`` also serves a schedule
-    object that writes to disk (``schedule=DiskRevolve(...)``).
+    ``snapshots=s`` (which may then be 0): its chains run the optimal two-level
+    schedule (:class:`remat.schedules.TwoLevel`) with write and read costs measured
+    on the first chain (:mod:`remat.disk`).  Snapshots are files in a fresh folder
+    inside ``disk_dir`` (an existing folder; None: the system's temporary folder),
+    removed after backward, on any error and at exit, each checked by size once
+    written (:mod:`remat.storage`, :class:`remat.DiskError`); ``tape.stats`` counts
+    the disk writes, reads and bytes.  ``disk_dir`` also serves a schedule object
+    that writes to disk (``schedule=DiskRevolve(...)``).
 
     ``tape.loop(..., inverse=inv)`` reverses a loop of invertible steps by
     recomputing its states backwards, on any tape (see :meth:`loop`).
@@ -143,21 +136,11 @@ class Tape(Recorder):
                 snapshot_device=snapshot_device,
             )
             memory = None
-        self.byte_limit = self.memory_schedule = None
-        self.disk_snapshots = None
         self.disk_dir = check_disk_dir(disk_dir, disk_snapshots, schedule)
-        if disk_snapshots is not None:
-            self.disk_snapshots, self.policy = disk_policy(
-                snapshots, schedule, memory, disk_snapshots
-            )
-        elif memory is None:
-            self.policy = resolve_policy(snapshots, schedule)  # what its chains are reversed with
-        else:
-            self.byte_limit = _memory.parse_bytes(memory)
-            self.memory_schedule = _memory.check_schedule(memory, snapshots, schedule)
-            if snapshots is not None:
-                snapshots = require_count("Tape", "snapshots", snapshots)
-            self.policy = Reversal(self.memory_schedule, snapshots)
+        # what its chains are reversed with; the byte budget; the disk slots
+        self.policy, self.byte_limit, self.memory_schedule, self.disk_snapshots = reversal_of(
+            snapshots, schedule, memory, disk_snapshots
+        )
         # rm.policies: what the first run of each step keeps for its recomputations
         self.recompute = policies.resolve(policy, "Tape")
         self.loops: list[LoopStats] = []  # the LoopStats of each chain run on this tape
@@ -257,14 +240,7 @@ class Tape(Recorder):
             inverse=inverse,
         )
         if inverse is not None and steps is not None:  # (until= was refused with inverse=)
-            if self.byte_limit is not None:  # as many exact states as fit (2 at most)
-                schedule, costs = _memory.plan_reversible(self, chain, state, steps)
-                result = run_chain(self, chain, state, schedule)[0]
-                self.plans.append((schedule, costs))
-                self.loops[-1].memory, self.loops[-1].plan = self.byte_limit, "measured"
-                return result
-            slots = self.policy.snapshots or 2  # no slot count: x_0 and the working slot
-            return run_chain(self, chain, state, schedules.Reversible(steps, slots))[0]
+            return _reversible(self, chain, state, steps)
         if self.disk_snapshots is not None:
             if until is not None:
                 raise ValueError(
@@ -305,23 +281,10 @@ class Tape(Recorder):
         """
         if self.dtr_cache is not None:
             raise _dtr_options.refuse("tape.chain")
-        try:
-            functions = list(functions)
-        except TypeError:
-            raise TypeError(
-                f"tape.chain: functions must be a sequence of callables, got {functions!r}"
-            ) from None
-        if not functions:
-            raise ValueError("tape.chain: the chain is empty; give at least one function")
-        for k, f in enumerate(functions):
-            if not callable(f):
-                raise TypeError(f"tape.chain: functions[{k}] is not callable: {f!r}")
+        functions = _check_functions(functions)
         _check_state("tape.chain", state)
         n = len(functions)
-
-        def name(i):
-            return f"tape.chain: step {i} ({getattr(functions[i], '__name__', 'function')})"
-
+        name = _chain_step_name(functions)
         chain = Chain("tape.chain", lambda i, s, x: (functions[i](s), None), name, same_spec=False)
         if self.disk_snapshots is not None:
             return _on_disk(self, chain, state, n, functions)[0]
@@ -357,19 +320,9 @@ class Tape(Recorder):
             raise TypeError(f"tape.scan: f must be callable, got {f!r}")
         tensors, xs_tree, n = _scan_inputs(xs)
         nodes = tuple(t.node or None for t in tensors)
-
-        def call(i, carry, x):
-            out = f(carry, x)
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise LoopError(
-                    f"tape.scan: step {i}: f must return a pair (carry, y), got "
-                    f"{type(out).__name__}"
-                )
-            return out
-
         chain = Chain(
             "tape.scan",
-            call,
+            _scan_step(f),
             lambda i: f"tape.scan: step {i}",
             same_spec=True,
             xs=tuple(t._data for t in tensors),
@@ -384,6 +337,52 @@ class Tape(Recorder):
         schedule = self.policy.offline(n, "tape.scan")
         # ys is None when every y is
         return run_chain(self, chain, init, schedule, max_steps=_online_end(schedule, n))
+
+
+def _chain_step_name(functions):
+    return lambda i: f"tape.chain: step {i} ({getattr(functions[i], '__name__', 'function')})"
+
+
+def _scan_step(f):
+    """A scan's step as the executor calls it, refusing an f that returns no pair."""
+
+    def call(i, carry, x):
+        out = f(carry, x)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise LoopError(
+                f"tape.scan: step {i}: f must return a pair (carry, y), got {type(out).__name__}"
+            )
+        return out
+
+    return call
+
+
+def _check_functions(functions):
+    """tape.chain's functions as a list, refused unless a non-empty sequence of callables."""
+    try:
+        functions = list(functions)
+    except TypeError:
+        raise TypeError(
+            f"tape.chain: functions must be a sequence of callables, got {functions!r}"
+        ) from None
+    if not functions:
+        raise ValueError("tape.chain: the chain is empty; give at least one function")
+    for k, f in enumerate(functions):
+        if not callable(f):
+            raise TypeError(f"tape.chain: functions[{k}] is not callable: {f!r}")
+    return functions
+
+
+def _reversible(tape, chain, state, steps):
+    """Run a loop of invertible steps, recomputing its states backwards."""
+    if tape.byte_limit is not None:  # as many exact states as fit (2 at most)
+        schedule, costs = _memory.plan_reversible(tape, chain, state, steps)
+        result = run_chain(tape, chain, state, schedule)[0]
+        tape.plans.append((schedule, costs))
+        tape.loops[-1].memory, tape.loops[-1].plan = tape.byte_limit, "measured"
+        return result
+    slots = tape.policy.snapshots or 2  # no slot count: x_0 and the working slot
+    return run_chain(tape, chain, state, schedules.Reversible(steps, slots))[0]
 
 
 def _budgeted(tape, chain, state, steps, functions, alike):

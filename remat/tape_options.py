@@ -1,9 +1,11 @@
 """The options of ``rm.Tape`` checked: what its chains are reversed with, and its disk slots.
 
-:func:`resolve_policy` turns ``snapshots=`` and ``schedule=`` into a
-:class:`Reversal` (a schedule name or object and a slot budget), and
-:func:`disk_policy` and :func:`check_disk_dir` check ``disk_snapshots=`` and
-``disk_dir=``, each with an error that says what is allowed.
+:func:`reversal_of` reads ``snapshots=``, ``schedule=``, ``memory=`` and
+``disk_snapshots=`` together: :func:`resolve_policy` turns ``snapshots=`` and
+``schedule=`` into a :class:`Reversal` (a schedule name or object and a slot
+budget), :func:`disk_policy` and :func:`check_disk_dir` check ``disk_snapshots=``
+and ``disk_dir=``, and ``memory=`` is read by :mod:`remat.memory`; each refusal
+says what is allowed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import errno
 import os
 from dataclasses import dataclass
 
+from . import memory as _memory
 from . import schedules
 from .schedules.arguments import require_count
 from .storage import DiskError
@@ -94,6 +97,22 @@ def resolve_policy(snapshots, schedule):
             f"{schedule.snapshots}; give one or the other"
         )
     return Reversal(schedule, schedule.snapshots)
+
+
+def reversal_of(snapshots, schedule, memory, disk_snapshots):
+    """``(Reversal, byte_limit, memory_schedule, disk_snapshots)`` of a Tape's options:
+    how its chains are reversed, the budget in bytes and the schedule it plans with
+    (None without ``memory=``), and its disk slots (None without ``disk_snapshots=``)."""
+    if disk_snapshots is not None:
+        d, policy = disk_policy(snapshots, schedule, memory, disk_snapshots)
+        return policy, None, None, d
+    if memory is None:
+        return resolve_policy(snapshots, schedule), None, None, None
+    byte_limit = _memory.parse_bytes(memory)
+    memory_schedule = _memory.check_schedule(memory, snapshots, schedule)
+    if snapshots is not None:
+        snapshots = require_count("Tape", "snapshots", snapshots)
+    return Reversal(memory_schedule, snapshots), byte_limit, memory_schedule, None
 
 
 def disk_policy(snapshots, schedule, memory, disk_snapshots):
