@@ -30,6 +30,18 @@ UNARY = [
     lambda t: rm.log(t * t + 1.0),
     lambda t: rm.sqrt(t * t + 1.0),
     rm.softmax,
+    # NumPy's functions (issue 27), each keeping an n x n shape
+    rm.arctan,
+    rm.sinh,
+    lambda t: rm.log1p(t * t),
+    lambda t: rm.expm1(t) / 3,
+    lambda t: rm.roll(t, (1, -4), axis=(0, 1)),
+    lambda t: rm.cumsum(t, axis=0) / 3,
+    lambda t: rm.sort(t, axis=1),
+    lambda t: rm.pad(t, 1)[1:-1, 2:],
+    lambda t: rm.tril(t) + rm.triu(t, 1).T,
+    lambda t: rm.rot90(t) * rm.sinc(t),
+    lambda t: t - rm.var(t, axis=0, keepdims=True),
 ]
 BINARY = [
     rm.add,
@@ -38,6 +50,11 @@ BINARY = [
     lambda a, b: a / (b * b + 1.0),
     lambda a, b: a @ b.T,
     lambda a, b: rm.concatenate([a, b], axis=0)[::2],
+    rm.logaddexp,
+    lambda a, b: rm.arctan2(a, b * b + 1.0),
+    lambda a, b: rm.hypot(a, b + 2.0),
+    lambda a, b: rm.tensordot(a, b, 1) / 3,
+    lambda a, b: rm.kron(a[:1], b[:, :1]),
 ]
 
 
