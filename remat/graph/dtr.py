@@ -444,8 +444,8 @@ def _before_vjp(record):
         if cache is not None:
             if cache.pending is None:
                 cache.before_vjp(record)
-            else:  # a lazy cache only learns that its count must be taken again
-                cache.pending.swept = True
+            elif id(record) in cache.pending.notes:  # lazy: its count may have to be taken again
+                cache.pending.swept[id(record)] = record
 
 
 def _alive(cache):

@@ -18,8 +18,9 @@ resident table, a count of holders per buffer) cost about 10 us an op, 40% of a
   uncounted, a constant a recipe holds counted), with the peak: ``owned`` maps each
   buffer counted to a weak reference, so the count holds nothing alive, and a
   buffer freed whose id is reused is seen as new.  A reverse sweep may release
-  records; the ``before_vjp`` hook only marks the notes ``swept``, and the next op
-  counts again what the records alive save (:meth:`Pending.recount`).
+  records: the ``before_vjp`` hook only notes which noted records it reached, and
+  the next op, if one of them was released, counts again what the records still
+  alive save (:meth:`Pending.recount`; a sweep that retains the graph costs none).
 
 Deferred, to :func:`build`, run at the first op whose saved arrays would pass ``m``
 (the one point where eviction may be needed; the count is exact, so no margin is
@@ -60,15 +61,17 @@ class Pending:
     def __init__(self) -> None:
         self.notes: dict[int, tuple] = {}  # id(record) -> note, in the order recorded
         self.owned: dict[int, Any] = {}  # id(buffer) -> a weak reference to the buffer
-        self.swept = False  # a reverse sweep has run since the count was taken
+        self.swept: dict[int, Record] = {}  # the noted records a sweep has reached since
         self.prune_at = PRUNE_AT
 
     def record(self, cache: Any, record: Record, datas: Any, kwargs: Any, out: Any) -> bool:
         """Note ``record``; False (noting nothing) when what it saves would pass the
         budget: the tape must then build its tables and evict."""
         now = _clock()
-        if self.swept:  # it may have released records: what they saved is counted no more
-            self.recount(cache)
+        if self.swept:  # a sweep reached noted records: if it released one, count again
+            if any(r.parents is None for r in self.swept.values()):
+                self.recount(cache)
+            self.swept.clear()
         notes, args, parents = self.notes, record.args, record.parents
         if len(parents) == 1:  # the common case, unrolled: an op of one value of this tape
             node = parents[0]
@@ -154,7 +157,7 @@ class Pending:
                 if id(o) not in owned and id(o) not in leaves:
                     owned[id(o)] = weakref.ref(o)
                     total += o.nbytes
-        self.owned, self.swept = owned, False
+        self.owned = owned
         cache.bytes = total
 
     def prune(self) -> None:
