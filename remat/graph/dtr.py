@@ -485,7 +485,7 @@ class Records(list):
     def append(self, record: Record) -> None:
         if record.op.custom_backward is not None:
             raise refuse("rm.checkpoint" if record.op.name != "loop" else "a checkpointed loop")
-        super().append(record)
+        list.append(self, record)
 
     def extend(self, records: Any) -> None:
         for record in records:
