@@ -32,7 +32,7 @@ at most at ``m + X`` with ``X = 4 V + 2 G + U + c``: ``V`` the largest value
 (an op's inputs, output and temporaries, in backward a cotangent and its VJP's
 temporaries), ``G`` the parameters' bytes (their gradients, summed as they
 arrive), ``U`` what user code holds that no record saves, and ``c`` Python's
-objects, 64 KiB and 1 KiB a record (``tests/test_dtr.py`` checks it).
+objects, 64 KiB and 1 KiB a record (``tests/graph/test_dtr.py`` checks it).
 
 Too small a budget raises a MemoryError at the op where the values that cannot be
 evicted (held by user code, read by the op being computed, or constants) pass
@@ -43,6 +43,12 @@ keeps the drawn array and a recomputation reads the same numbers.  Every
 recomputed value is checked against what it was when evicted: shape and dtype
 always, and a fingerprint of its values (:func:`remat.backend.replay_fingerprint`)
 unless ``check_replay=False``; a mismatch raises :class:`remat.ReplayError`.
+
+Lazily: until what an op saves would first pass ``m``, the tape only notes each
+op (what runs it again, its time, an exact byte count: :mod:`remat.graph.lazy`),
+and builds the tables below (Values, slots, readers, resident values) at that op,
+for the records still alive.  Per-op bookkeeping a tape never evicting would not
+use is so deferred: its cost (about 10 us an op) was 40% of a chain of small ops.
 
 The core calls in through two of its documented hooks and nothing else:
 ``remat.core.tape.on_record`` (set while a DTR tape is open) after each op records,
@@ -65,72 +71,14 @@ from ..core import tape as core_tape
 from ..executor import ReplayError
 from ..tape import OPEN_TAPE, BackwardError, Leaf, Record
 from .heuristics import Heuristic
+from .lazy import Pending, build
 from .options import DTR, DTRStats, refuse
+from .value import Value
 
 SAMPLE = 32
 """Candidates scored per eviction: all of them up to this many, else this many drawn at
 random (with replacement; the paper samples about sqrt(n)); a full scan follows when no
 value drawn can be freed."""
-
-
-class Value:
-    """The output of one record of a DTR tape: how to make it, and where it is saved.
-
-    ``inputs`` has, per input of the op, the :class:`Value` that made it or
-    the array (or number) itself; ``slots`` lists ``(record, i)`` where the
-    array is saved (``i = -1``: the record's ``ans``); ``saves`` lists the
-    ``(Value, i)`` of the slots of this value's own record.
-    """
-
-    __slots__ = (
-        "cache", "record", "op", "kwargs", "inputs", "ref", "slots", "saves", "users",
-        "cost", "size", "last", "evicted", "print", "shape", "dtype", "checks", "pinned", "consts",
-        "__weakref__",
-    )  # fmt: skip
-
-    def __init__(
-        self, cache: Cache, record: Record, kwargs: Any, inputs: tuple, out: Any, cost: float
-    ) -> None:
-        self.cache: Cache | None = None  # while evicted: so that the cache outlives the tape
-        self.record = record
-        self.op = record.op
-        self.kwargs = kwargs
-        self.inputs = inputs
-        self.ref = weakref.ref(out)
-        self.slots: list[tuple[Record, int]] = []
-        self.saves: list[tuple[Value | None, int]] = []  # None: this value itself (no cycle)
-        self.users: list[weakref.ref[Value]] = []  # the values made from this one
-        self.cost = cost
-        self.size = backend.memory_owner(out).nbytes  # its buffer's bytes
-        self.last = cache.clock  # (the cache itself is kept only while evicted)
-        self.evicted = False
-        self.print: int | None = None  # the replay fingerprint taken when evicted
-        self.shape, self.dtype = out.shape, out.dtype
-        self.checks = None  # guard fingerprints of the constants it reads
-        self.pinned = False  # its record was released: it can no longer be remade
-        self.consts: tuple = ()  # the arrays it reads that are counted as constants
-
-    def evicted_neighbourhood_cost(self, limit: int = 32) -> float:
-        """The cost of the values next to this one (inputs and readers, transitively)
-        that are not in memory now: evicting this one makes their recomputation dearer."""
-        total = 0.0
-        seen, frontier = {id(self)}, [self]
-        while frontier and len(seen) < limit:
-            nxt = []
-            for w in frontier:
-                users = (r() for r in w.users)
-                for u in (*(x for x in w.inputs if type(x) is Value), *users):
-                    if u is None or id(u) in seen or u.ref() is not None:
-                        continue
-                    seen.add(id(u))
-                    total += u.cost
-                    nxt.append(u)
-            frontier = nxt
-        return total
-
-    def __repr__(self) -> str:
-        state = "evicted" if self.evicted else "resident"
-        return f"<Value of {self.op.name} {self.shape}, {self.size} B, {state}>"
 
 
 def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
@@ -194,6 +142,7 @@ class Cache:
         self.time = time.perf_counter()
         self.reversing: Value | None = None
         self.rng = random.Random(0)
+        self.pending: Pending | None = Pending()  # None once the tables are built
         _alive(self)
 
     # --- counting by buffer -------------------------------------------------------
@@ -235,7 +184,12 @@ class Cache:
     # --- recording ----------------------------------------------------------------
     def record(self, record: Record, datas: Any, kwargs: Any, out: Any) -> None:
         """Note ``record`` (just made, with its forward's inputs and output), then evict
-        what must go for its saved arrays to fit."""
+        what must go for its saved arrays to fit.  Called once the budget is approached:
+        before, the hook has :class:`~remat.graph.lazy.Pending` note each op instead."""
+        pending = self.pending
+        if pending is not None:  # the budget is approached: build the tables, then evict
+            self.pending = None
+            build(self, pending)
         now = time.perf_counter()
         self.clock += 1
         inputs, consts = [], []
@@ -251,7 +205,9 @@ class Cache:
                     self.leaves[id(o)] = o
                 else:
                     consts.append(d)
-        v = Value(self, record, kwargs, tuple(inputs), out, now - self.time)
+        v = Value(
+            record, kwargs, tuple(inputs), weakref.ref(out), out.dtype, now - self.time, self.clock
+        )
         v.consts = tuple(consts)
         if consts and guard.WATCHED:
             v.checks = guard.checks([None if type(u) is Value else u for u in v.inputs])
@@ -391,8 +347,7 @@ class Cache:
                 self.resident.pop(id(u), None)
         for a in v.consts:
             self.release(a)
-        v.inputs = v.consts = ()
-        v.pinned = True
+        v.pin()
         self.resident.pop(id(v), None)
         self.values.pop(id(v.record), None)
 
@@ -465,8 +420,9 @@ class Cache:
 # --- the hooks --------------------------------------------------------------------
 
 _lock = threading.Lock()
-_open = [0, 0]  # DTR tapes open now (on_record is set while any is); caches alive
-_caches: weakref.WeakSet[Cache] = weakref.WeakSet()  # alive (before_vjp is set while any is)
+_open = [0]  # DTR tapes open now (on_record is set while any is)
+_caches: dict[int, weakref.ref[Cache]] = {}  # alive (before_vjp is set while any is)
+_hooked: list[tuple] = [()]  # a snapshot of _caches' references, which the hook reads
 
 
 def _on_record(record, datas, kwargs, out):
@@ -477,26 +433,34 @@ def _on_record(record, datas, kwargs, out):
                 "rm.jvp recording inside rm.Tape(remat='dtr') is not supported: its forward "
                 "sweep reads saved values that DTR may have evicted"
             )
-        cache.record(record, datas, kwargs, out)
+        pending = cache.pending  # while the budget is far: only notes (remat.graph.lazy)
+        if pending is None or not pending.record(cache, record, datas, kwargs, out):
+            cache.record(record, datas, kwargs, out)
 
 
 def _before_vjp(record):
-    for cache in list(_caches):
-        cache.before_vjp(record)
+    for ref in _hooked[0]:
+        cache = ref()
+        if cache is not None:
+            if cache.pending is None:
+                cache.before_vjp(record)
+            elif id(record) in cache.pending.notes:  # lazy: its count may have to be taken again
+                cache.pending.swept[id(record)] = record
 
 
 def _alive(cache):
     with _lock:
-        _caches.add(cache)
-        _open[1] += 1
+        _caches[id(cache)] = weakref.ref(cache)
+        _hooked[0] = tuple(_caches.values())
         core_tape.before_vjp = _before_vjp
-    weakref.finalize(cache, _gone)
+    weakref.finalize(cache, _gone, id(cache))
 
 
-def _gone():
+def _gone(key):
     with _lock:
-        _open[1] -= 1
-        if _open[1] == 0:
+        del _caches[key]
+        _hooked[0] = tuple(_caches.values())
+        if not _caches:
             core_tape.before_vjp = None
 
 
@@ -521,7 +485,7 @@ class Records(list):
     def append(self, record: Record) -> None:
         if record.op.custom_backward is not None:
             raise refuse("rm.checkpoint" if record.op.name != "loop" else "a checkpointed loop")
-        super().append(record)
+        list.append(self, record)
 
     def extend(self, records: Any) -> None:
         for record in records:

@@ -1,7 +1,7 @@
 """Which saved value a DTR tape evicts first: the heuristics, each a score (lowest goes first).
 
 A heuristic is any callable ``score(value, now) -> float``.  ``value`` is a
-:class:`remat.graph.dtr.Value` (what the heuristic may read: ``cost``, the
+:class:`remat.graph.value.Value` (what the heuristic may read: ``cost``, the
 seconds its op took when last evaluated; ``size``, the bytes of the buffer
 it lives in; ``last``, the tick of the tape's clock at which it was last made,
 read or restored; ``evicted_neighbourhood_cost()``) and ``now`` is the clock's
