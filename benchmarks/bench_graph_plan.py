@@ -17,7 +17,7 @@ import time
 
 from remat.schedules import GraphCosts, plan_graph
 
-SIZES = (100, 300)
+SIZES = (30, 60, 100, 300)
 FRACTIONS = (0.5, 0.33)
 TIME_LIMIT = 30.0
 

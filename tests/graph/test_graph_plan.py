@@ -10,6 +10,7 @@ so the search covers every plan that can be optimal.
 """
 
 import itertools
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -191,3 +192,10 @@ def test_time_limit_falls_back_and_says_so():
         return
     assert plan.method in {"optimal", "time limit", "lp rounding"}
     assert simulate_graph(plan, graph, memory=16).cost == plan.predicted_cost
+
+
+def test_without_scipy_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)  # import scipy.optimize fails
+    g = GraphCosts([(), (0,)], [0, 1], [1, 1], {0}, {1})
+    with pytest.raises(ImportError, match=r'pip install "remat\[milp\]"'):
+        plan_graph(g, 1)
