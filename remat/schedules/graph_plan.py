@@ -28,7 +28,11 @@ bytes[k] R[t, k] - sum_i bytes[i] F[t, i, k-1]``.  Because every ``F`` bound is
 0 or 1 when ``R`` and ``S`` are integral, ``F`` needs no integrality: the
 integer variables are ``R`` and ``S`` only, ``T^2`` of them, against
 Checkmate's ``T^2 + T |E|``.  Values held that no later stage reads, and
-that are no outputs, are fixed to 0 (keeping them never helps).
+that are no outputs, are fixed to 0 (keeping them never helps), and two cuts
+that no optimal plan needs to break tighten the relaxation: a value
+recomputed, or held, in stage ``t`` is read in it or kept after it
+(``R[t, j] <= S[t+1, j] + sum R[t, c]`` over ``j``'s children ``c <= t``, and
+the same for ``S[t, j]``).
 
 Solving.  ``scipy.optimize.milp`` (HiGHS' branch and bound) gets 3/5 of
 ``time_limit`` seconds.  The plan says how it was found (``plan.method``):
@@ -144,6 +148,13 @@ class _Model:
                     self._row({self.S[t + 1][j]: 1, self.S[t][j]: -1, self.R[t][j]: -1}, None, 0)
             if t + 1 < T:
                 self._row({self.S[t + 1][t]: 1, self.R[t][t]: -1}, None, 0)
+            for j in range(t):  # cuts: what is recomputed or held is read here or kept
+                if j in self.outputs:
+                    continue
+                readers = {self.R[t][c]: -1.0 for c in self.children[j] if c <= t}
+                kept = {self.S[t + 1][j]: -1.0} if t + 1 < T else {}
+                self._row({self.R[t][j]: 1, **readers, **kept}, None, 0)
+                self._row({self.S[t][j]: 1, **readers, **kept}, None, 0)
             self._memory(t, memory)
 
     def _var(self, cost: float, lo: float, hi: float, integer: bool) -> int:
