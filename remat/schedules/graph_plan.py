@@ -52,13 +52,15 @@ checked by :func:`~.graph_costs.simulate_graph`, which the solver does not use.
 
 Size and time.  ``T^2`` binaries, about ``T^2 / 2 (1 + edges per op)``
 continuous variables and twice as many rows; building it takes 0.3 s at 100
-ops and 2 s at 300.  Proofs of optimality are quick up to a few tens of ops;
-on joint graphs of chains with skips (``python -m benchmarks.bench_graph_plan``,
-a shared 2-core machine), 100 ops at half of store-all's peak end in LP
-rounding within about 45 s, and at 300 ops neither the MILP nor its
-relaxation finishes in 30 s: those graphs are DTR's.  MOCCASIN's
-formulation (Bartan et al., 2023: ``O(n)`` integer variables, retention
-intervals) is the way to larger graphs; it is not implemented here.
+ops and 2 s at 300.  On joint graphs of chains with skips (``python -m
+benchmarks.bench_graph_plan``, ``time_limit=30``, a 2-core machine shared with
+other work): 100 ops at half of store-all's peak were proven optimal in 16 s,
+and at a third ended in LP rounding (19 s); 30 and 60 ops ended at the time
+limit with plans within 1-12% of the optimum (HiGHS' gap); at 300 ops neither
+the MILP nor its relaxation finished in 30 s (GraphPlanTimeout): those graphs
+are DTR's.  MOCCASIN's formulation (Bartan et al., 2023: ``O(n)`` integer
+variables, retention intervals) is the way to larger graphs; it is not
+implemented here.
 
 SciPy is an optional dependency (the ``milp`` extra: ``pip install
 "remat[milp]"``); without it, :func:`plan_graph` raises an ImportError naming
