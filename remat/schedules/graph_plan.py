@@ -46,7 +46,8 @@ recomputation it needs (``R``: the stage's op, the values newly kept, and
 their missing parents, recursively), and the cheapest rounding that fits is
 returned, with no bound on its distance from the optimum (``gap`` 1).  If the
 relaxation does not finish either, or no rounding fits, :class:`GraphPlanTimeout`
-says so: the caller falls back to DTR, which needs no plan.  A budget that
+says so: the caller falls back to DTR, which needs no plan.  ``relaxed=True``
+skips the MILP and gives the relaxation the whole time.  A budget that
 HiGHS proves infeasible raises a ValueError.  Every plan returned has been
 checked by :func:`~.graph_costs.simulate_graph`, which the solver does not use.
 
@@ -270,9 +271,17 @@ def _store_all(model: _Model) -> tuple[list[list[int]], list[set[int]]]:
 
 
 def plan_graph(
-    costs: GraphCosts, memory: float, time_limit: float = 30.0, gap: float = 1e-6
+    costs: GraphCosts,
+    memory: float,
+    time_limit: float = 30.0,
+    gap: float = 1e-6,
+    relaxed: bool = False,
 ) -> GraphPlan:
     """The least-compute plan for ``costs`` within ``memory`` bytes (see the module).
+
+    ``relaxed=True`` skips the MILP and gives the LP relaxation the whole
+    ``time_limit``: a plan by rounding (``method == "lp rounding"``), faster and
+    with no bound on its distance from the optimum.
 
     >>> from remat.schedules import GraphCosts, plan_graph
     >>> g = GraphCosts([(), (0,), (1,), (2,), (2, 3), (1, 4)], [0, 1, 1, 1, 1, 1],
@@ -287,6 +296,8 @@ def plan_graph(
         raise ValueError(f"plan_graph: costs must be a GraphCosts, got {costs!r}")
     if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory >= 0:
         raise ValueError(f"plan_graph: memory must be a number of bytes >= 0, got {memory!r}")
+    if not isinstance(relaxed, bool):
+        raise ValueError(f"plan_graph: relaxed must be True or False, got {relaxed!r}")
     if not time_limit > 0 or not 0 <= gap < 1:
         raise ValueError(
             f"plan_graph: time_limit must be > 0 seconds and gap in [0, 1), got {time_limit!r} "
@@ -300,10 +311,12 @@ def plan_graph(
     if store_all is not None:
         return store_all
     # the MILP gets 3/5 of the time; if it finds no plan, the LP relaxation the rest
-    result = model.solve(0.6 * time_limit - (time.perf_counter() - started), gap)
-    if result.status == 2:
+    result = (
+        None if relaxed else model.solve(0.6 * time_limit - (time.perf_counter() - started), gap)
+    )
+    if result is not None and result.status == 2:
         raise ValueError(_infeasible(model.T, memory))
-    if result.x is not None:
+    if result is not None and result.x is not None:
         method = "optimal" if result.status == 0 else "time limit"
         compute, keep = model.plan(result.x)
         bound = getattr(result, "mip_gap", 0.0) or 0.0
@@ -311,25 +324,26 @@ def plan_graph(
         if plan is None:
             raise GraphPlanError("plan_graph: HiGHS returned a plan the simulator refuses (a bug)")
         return plan
-    relaxed = model.relax(time_limit - (time.perf_counter() - started))
-    if relaxed.status == 2:
+    relaxation = model.relax(time_limit - (time.perf_counter() - started))
+    if relaxation.status == 2:
         raise ValueError(_infeasible(model.T, memory))
     plans = []
-    if relaxed.x is not None:
+    if relaxation.x is not None:
         for threshold in (0.5, 0.3, 0.7, 0.1, 0.9, 0.2, 0.8, 0.99, 0.01):
-            compute, keep = model.plan(relaxed.x, threshold)
+            compute, keep = model.plan(relaxation.x, threshold)
             plan = _checked(model, costs, compute, keep, memory, "lp rounding", 1.0, started)
             if plan is not None:
                 plans.append(plan)
     if not plans:
         what = (
-            "no rounding of its LP relaxation fits"
-            if relaxed.x is not None
-            else ("nor did its LP relaxation finish")
+            "no rounding of the LP relaxation fits"
+            if relaxation.x is not None
+            else ("the LP relaxation did not finish")
         )
+        milp = "" if relaxed else "HiGHS found no plan, and "
         raise GraphPlanTimeout(
-            f"plan_graph: HiGHS found no plan for {model.T} ops within memory={memory!r} bytes "
-            f"in time_limit={time_limit!r} s, and {what}: give more time or memory, or use "
+            f"plan_graph: for {model.T} ops within memory={memory!r} bytes in "
+            f"time_limit={time_limit!r} s, {milp}{what}: give more time or memory, or use "
             "DTR (Tape(remat='dtr')), which needs no plan"
         )
     return min(plans, key=lambda p: p.predicted_cost)

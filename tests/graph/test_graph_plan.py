@@ -94,18 +94,26 @@ def graphs(draw, most=12):
     return GraphCosts(parents, compute, size, frozenset(inputs), frozenset(outputs))
 
 
+def optima(costs):
+    """{budget: least cost} from store-all's peak down to the least feasible budget, and
+    the largest infeasible budget below it."""
+    feasible = {}
+    for memory in range(plan_graph(costs, 1e9).predicted_peak_bytes, -1, -1):
+        cost = brute_force(costs, memory)
+        if cost is None:
+            return feasible, memory
+        feasible[memory] = cost
+    return feasible, None
+
+
 @settings(max_examples=20, deadline=None)
 @given(graphs(), st.data())
 def test_optimal_plan_equals_brute_force(costs, data):
-    peak = plan_graph(costs, 1e9).predicted_peak_bytes  # store all
-    feasible = {}  # every budget from store-all's peak down to the first infeasible one
-    for memory in range(peak, -1, -1):
-        feasible[memory] = brute_force(costs, memory)
-        if feasible[memory] is None:
-            with pytest.raises(ValueError, match="no plan"):
-                plan_graph(costs, memory)
-            break
-    budgets = sorted(m for m, cost in feasible.items() if cost is not None)
+    feasible, infeasible = optima(costs)
+    if infeasible is not None:
+        with pytest.raises(ValueError, match="no plan"):
+            plan_graph(costs, infeasible)
+    budgets = sorted(feasible)
     for memory in {budgets[0], data.draw(st.sampled_from(budgets), label="memory")}:
         plan = plan_graph(costs, memory)
         assert plan.predicted_cost == feasible[memory]
@@ -115,6 +123,21 @@ def test_optimal_plan_equals_brute_force(costs, data):
             plan.predicted_cost,
             plan.predicted_peak_bytes,
         )
+
+
+@settings(max_examples=15, deadline=None)
+@given(graphs(), st.data())
+def test_lp_rounding_is_valid_and_never_below_the_optimum(costs, data):
+    feasible, _ = optima(costs)
+    memory = data.draw(st.sampled_from(sorted(feasible)), label="memory")
+    try:
+        plan = plan_graph(costs, memory, relaxed=True)
+    except GraphPlanTimeout as error:  # no rounding fits: said, never a plan above the budget
+        assert "no rounding of the LP relaxation fits" in str(error)
+        return
+    assert plan.method in {"store all", "lp rounding"}
+    assert simulate_graph(plan, costs, memory=memory).cost == plan.predicted_cost
+    assert plan.predicted_cost >= feasible[memory]
 
 
 def _chain(n, sizes):
