@@ -313,7 +313,8 @@ def simulate_graph(
     """Run ``plan`` on paper over ``costs``: check every rule, count cost and peak bytes.
 
     Raises :class:`GraphPlanError` at the first broken rule, naming the stage
-    and the node; with ``memory``, a moment above it is one.
+    and the node; a moment above ``memory`` (by default the plan's own budget,
+    ``plan.memory``) is one.
 
     >>> from remat.schedules import GraphCosts, GraphPlan, simulate_graph
     >>> g = GraphCosts([(), (0,), (1,), (1, 2)], [0, 1, 1, 2], [8, 8, 8, 8], {0}, {3})
@@ -328,6 +329,8 @@ def simulate_graph(
             f"plan has {len(plan.compute)} compute and {len(plan.keep)} keep entries; the graph "
             f"has {len(ops)} stages (one per non-input node)"
         )
+    if memory is None:
+        memory = plan.memory
     held: frozenset[int] = frozenset()
     total: float = 0
     peaks: list[float] = []
@@ -347,7 +350,7 @@ def simulate_graph(
         resident = set(held)
         used: float = sum(size[i] for i in resident)
         peak = used
-        if memory is not None and used > memory:
+        if used > memory:
             raise GraphPlanError(
                 f"{where}: the {used!r} bytes held entering it are above the budget of "
                 f"{memory!r} bytes"
@@ -363,7 +366,7 @@ def simulate_graph(
             used += size[k]
             total += costs.compute[k]
             peak = max(peak, used)
-            if memory is not None and used > memory:
+            if used > memory:
                 raise GraphPlanError(
                     f"{where}: {used!r} bytes resident after computing node {k}, above the "
                     f"budget of {memory!r} bytes"

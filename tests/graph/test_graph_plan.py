@@ -186,6 +186,8 @@ def test_simulator_refuses_broken_plans():
         )
     with pytest.raises(GraphPlanError, match="above the budget of 16"):
         simulate_graph(good, g, memory=16)
+    with pytest.raises(GraphPlanError, match="above the budget of 16"):  # the plan's own budget
+        simulate_graph(GraphPlan(good.compute, good.keep, 16), g)
     with pytest.raises(GraphPlanError, match="outputs \\[3\\] must be kept"):
         simulate_graph(GraphPlan(good.compute, good.keep[:2] + (frozenset(),), 24), g)
     with pytest.raises(GraphPlanError, match="held already"):
