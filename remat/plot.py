@@ -12,6 +12,8 @@
   its step evaluations (``rm.Tape(..., trace=True)`` records them).
 * :func:`budget_curve` - forward steps and memory against the snapshot budget,
   with the binomial optimum drawn.
+* :func:`graph_plan_diagram` - a graph plan (:func:`remat.schedules.plan_graph`):
+  what each stage computes, recomputes and holds.
 
 Install with ``pip install "remat[plot]"``.
 """
@@ -314,3 +316,50 @@ def two_level_diagram(
     storage_lanes(schedule, steps=steps, ax=bottom)
     fig.tight_layout()
     return fig
+
+
+def graph_plan_diagram(
+    plan: S.GraphPlan, costs: S.GraphCosts, ax: Axes | None = None, title: str | None = None
+) -> Figure:
+    """Draw a graph plan: stage across, node up; each cell says what the stage does with the node.
+
+    Dark: computed at its own stage; orange: recomputed; light: held through
+    the stage (kept from the one before).  The title gives the plan's method,
+    cost and peak (:func:`remat.schedules.simulate_graph`).
+
+    >>> from remat.schedules import GraphCosts, plan_graph
+    >>> from remat.plot import graph_plan_diagram
+    >>> g = GraphCosts.joint([(), (0,), (1,), (2,), (3,)], [0, 1, 1, 1, 1],
+    ...                      [0, 4, 4, 4, 0], inputs={0}, loss=4)
+    >>> fig = graph_plan_diagram(plan_graph(g, 12), g)
+    >>> fig.axes[0].get_title()
+    'optimal plan: cost 13, peak 12 bytes (budget 12)'
+    """
+    fig, ax = _axes(ax, figsize=(8, 5))
+    result = S.simulate_graph(plan, costs)
+    held: frozenset[int] = frozenset()
+    colours = {"computed": "#1f3b73", "recomputed": "#e8871e", "held": "#c6d4ea"}
+    for t, (run, keep) in enumerate(zip(plan.compute, plan.keep)):
+        for node in held:
+            ax.add_patch(_cell(t, node, colours["held"]))
+        for node in run:
+            kind = "computed" if node == costs.ops[t] else "recomputed"
+            ax.add_patch(_cell(t, node, colours[kind]))
+        held = keep
+    plt = _pyplot()
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
+    ax.legend(handles, list(colours), fontsize=8, frameon=False, loc="upper left")
+    ax.set_xlim(0, len(plan.compute))
+    ax.set_ylim(0, costs.nodes)
+    ax.set_xlabel("stage (the op it computes)")
+    ax.set_ylabel("node")
+    ax.set_title(
+        title
+        or f"{plan.method} plan: cost {result.cost:g}, peak {result.peak_bytes:g} bytes "
+        f"(budget {plan.memory:g})"
+    )
+    return fig
+
+
+def _cell(x: int, y: int, colour: str) -> Any:
+    return _pyplot().Rectangle((x, y), 1, 1, color=colour, linewidth=0)

@@ -29,6 +29,11 @@ package of its own (with NumPy installed).
   dynamic programme of Beaumont et al. (rotor); :func:`minimum_bytes` is the
   smallest budget it can plan for.
 
+* :func:`plan_graph` - the least-compute plan for a recorded graph
+  (:class:`GraphCosts`: the joint forward + backward graph, per-node costs and
+  bytes) under a byte budget: Checkmate's MILP, solved by HiGHS through SciPy
+  (the ``milp`` extra); :func:`simulate_graph` checks a :class:`GraphPlan`.
+
 :func:`simulate` checks a schedule and counts its cost (and, given a
 :class:`ChainCosts`, its time and peak bytes); :mod:`.binomial` holds
 the formulas (:func:`beta`, :func:`repetition_number`,
@@ -55,6 +60,8 @@ from .binomial import beta, optimal_forward_steps, repetition_number
 from .catalog import SCHEDULE_NAMES, make_schedule
 from .costs import ChainCosts
 from .disk import DiskRevolve, TwoLevel, disk_revolve_cost, two_level_cost
+from .graph_costs import GraphCosts, GraphPlan, GraphPlanError, GraphSimulation, simulate_graph
+from .graph_plan import GraphPlanTimeout, plan_graph
 from .mixed import Mixed, mixed_forward_steps
 from .offline import Periodic, Sqrt, StoreAll
 from .online import Online
@@ -75,6 +82,11 @@ __all__ = [
     "End",
     "EndForward",
     "Free",
+    "GraphCosts",
+    "GraphPlan",
+    "GraphPlanError",
+    "GraphPlanTimeout",
+    "GraphSimulation",
     "Invert",
     "Mixed",
     "Online",
@@ -100,7 +112,9 @@ __all__ = [
     "minimum_bytes",
     "mixed_forward_steps",
     "optimal_forward_steps",
+    "plan_graph",
     "repetition_number",
     "simulate",
+    "simulate_graph",
     "two_level_cost",
 ]
