@@ -2,6 +2,8 @@
 tests/strategies.py, fixtures in tests/conftest.py).
 
 * a tape by schedule name, as the loop and second-order tests sweep them;
+* rm.grad's edges: remat's refusals, a gradient that is right or refused, and the
+  gradients of a loop written out without one;
 * measuring memory apart from remat's own accounting: tracemalloc's peak of a
   call, and the bytes of the buffers arrays keep alive (NumPy's ``.base`` links).
 """
@@ -44,3 +46,27 @@ def buffer_bytes(arrays):
             a = a.base
         owners[id(a)] = a.nbytes
     return sum(owners.values())
+
+
+# One of these, or the exact gradient: what a path that may refuse must give.
+REFUSALS = (rm.BackwardError, rm.EscapeError, rm.LoopError, RuntimeError, ValueError)
+
+
+def right_or_refused(compute, want):
+    """``compute()`` either raises one of remat's refusals or returns ``want``."""
+    try:
+        got = compute()
+    except REFUSALS:
+        return
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-15)
+
+
+def unrolled(step, n, *leaves):
+    """Gradients of sum(state) after n steps of ``step(state, *params)``, without a loop."""
+    x, *params = (rm.tensor(a, requires_grad=True) for a in leaves)
+    s = x
+    for _ in range(n):
+        s = step(s, *params)
+    s.sum().backward()
+    return [x.grad, *(p.grad for p in params)]

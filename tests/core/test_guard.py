@@ -13,23 +13,7 @@ import pytest
 import remat as rm
 from remat import backend
 
-REFUSALS = (rm.BackwardError, rm.EscapeError, rm.LoopError, RuntimeError, ValueError)
-
-
 X0 = np.array([0.5, 1.0])
-
-
-W0 = np.array([0.7, -0.3])
-
-
-def unrolled(step, n, *leaves):
-    """Gradients of sum(state) after n steps of ``step(state, *params)``, without a loop."""
-    x, *params = (rm.tensor(a, requires_grad=True) for a in leaves)
-    s = x
-    for _ in range(n):
-        s = step(s, *params)
-    s.sum().backward()
-    return [x.grad, *(p.grad for p in params)]
 
 
 # --- the write guard under threads -----------------------------------------------------------

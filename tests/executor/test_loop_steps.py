@@ -11,33 +11,12 @@ import pytest
 
 import remat as rm
 
-REFUSALS = (rm.BackwardError, rm.EscapeError, rm.LoopError, RuntimeError, ValueError)
-
+from ..helpers import right_or_refused, unrolled
 
 X0 = np.array([0.5, 1.0])
 
 
 W0 = np.array([0.7, -0.3])
-
-
-def right_or_refused(compute, want):
-    """``compute()`` either raises one of remat's refusals or returns ``want``."""
-    try:
-        got = compute()
-    except REFUSALS:
-        return
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-15)
-
-
-def unrolled(step, n, *leaves):
-    """Gradients of sum(state) after n steps of ``step(state, *params)``, without a loop."""
-    x, *params = (rm.tensor(a, requires_grad=True) for a in leaves)
-    s = x
-    for _ in range(n):
-        s = step(s, *params)
-    s.sum().backward()
-    return [x.grad, *(p.grad for p in params)]
 
 
 # --- a loop recomputes from its closure: a parameter changed before backward -----------------
