@@ -212,25 +212,7 @@ class Cache:
         if consts and guard.WATCHED:
             v.checks = guard.checks([None if type(u) is Value else u for u in v.inputs])
         held = list(consts)
-        for i, a in enumerate(record.args):
-            u = inputs[i]
-            if a is not None and type(u) is Value:
-                u.slots.append((record, i))
-                v.saves.append((u, i))
-                held.append(a)
-                u.last = self.clock
-                if not u.evicted:
-                    self.resident[id(u)] = u
-        readers = weakref.ref(v)
-        for u in inputs:
-            if type(u) is Value:
-                u.users.append(readers)
-        if record.ans is not None:
-            v.slots.append((record, -1))
-            v.saves.append((None, -1))
-            held.append(out)
-            self.resident[id(v)] = v
-        self.values[id(record)] = v
+        v.link(self, held)
         self.stats.ops += 1
         upper = sum(a.nbytes if a.base is None else self._owner(a).nbytes for a in held)
         if self.bytes + upper > self.limit:  # else it fits, counting each buffer as new

@@ -181,25 +181,7 @@ def build(cache: Any, pending: Pending) -> None:
             continue
         v.checks, v.consts = checks, consts
         held = list(consts)
-        for i, a in enumerate(record.args):
-            u = ins[i]
-            if a is not None and type(u) is Value:
-                u.slots.append((record, i))
-                v.saves.append((u, i))
-                held.append(a)
-                u.last = tick
-                if not u.pinned:
-                    cache.resident[id(u)] = u
-        readers = weakref.ref(v)
-        for u in ins:
-            if type(u) is Value:
-                u.users.append(readers)
-        if record.ans is not None:
-            v.slots.append((record, -1))
-            v.saves.append((None, -1))
-            held.append(record.ans)
-            cache.resident[id(v)] = v
-        cache.values[id(record)] = v
+        v.link(cache, held)
         for a in held:
             cache.hold(a)
 

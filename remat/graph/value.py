@@ -56,6 +56,32 @@ class Value:
         self.pinned = False  # its record was released: it can no longer be remade
         self.consts: tuple = ()  # the arrays it reads that are counted as constants
 
+    def link(self, cache: Any, held: list) -> None:
+        """Enter this new value in ``cache``'s tables: where its record saves each input
+        value (and its own output), who reads what, and what is resident; the arrays
+        its record saves are added to ``held``, to be counted.  (Eagerly as an op
+        records, or for each note when a lazy tape first nears its budget.)"""
+        record = self.record
+        for i, a in enumerate(record.args):
+            u = self.inputs[i]
+            if a is not None and type(u) is Value:
+                u.slots.append((record, i))
+                self.saves.append((u, i))
+                held.append(a)
+                u.last = self.last
+                if not (u.evicted or u.pinned):
+                    cache.resident[id(u)] = u
+        readers = weakref.ref(self)
+        for u in self.inputs:
+            if type(u) is Value:
+                u.users.append(readers)
+        if record.ans is not None:
+            self.slots.append((record, -1))
+            self.saves.append((None, -1))
+            held.append(record.ans)
+            cache.resident[id(self)] = self
+        cache.values[id(record)] = self
+
     def pin(self) -> None:
         """Its record was released: it can no longer be remade, and keeps no recipe."""
         self.inputs = self.consts = ()
