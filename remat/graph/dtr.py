@@ -32,7 +32,8 @@ at most at ``m + X`` with ``X = 4 V + 2 G + U + c``: ``V`` the largest value
 (an op's inputs, output and temporaries, in backward a cotangent and its VJP's
 temporaries), ``G`` the parameters' bytes (their gradients, summed as they
 arrive), ``U`` what user code holds that no record saves, and ``c`` Python's
-objects, 64 KiB and 1 KiB a record (``tests/graph/test_dtr.py`` checks it).
+objects, 64 KiB and 2 KiB a record (``tests/graph/test_dtr.py`` and
+``test_dtr_workloads.py`` check it).
 
 Too small a budget raises a MemoryError at the op where the values that cannot be
 evicted (held by user code, read by the op being computed, or constants) pass
