@@ -303,12 +303,18 @@ class Cache:
         if v is None:
             return
         self.clock += 1
-        keep = []  # held here, so that bringing one back does not evict another
+        # all held here before any is brought back, so that bringing one back evicts no
+        # other (one in memory now, or one brought back before it)
+        keep, evicted = [], []
         for u, _ in v.saves:
             u = u or v
             u.last = self.clock
             if u.evicted:
-                keep.append(self.materialize(u))
+                evicted.append(u)
+            else:
+                keep.append(u.ref())
+        for u in evicted:
+            keep.append(self.materialize(u))
 
     def _drop_released(self):
         prev = self.reversing
