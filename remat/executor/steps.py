@@ -166,7 +166,7 @@ def saved_by(records, floor, inputs, also=(), outside=frozenset()):
                     if a.base is not None:
                         views = True
         ans = record.ans
-        if ans is not None:
+        if ans is not None and is_array(ans):  # not an evicted value of a DTR tape inside
             append(ans)
             if ans.base is not None:
                 views = True
