@@ -86,8 +86,7 @@ def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
     """``w``'s op evaluated again on ``datas``, timed, counted and checked against its
     first run (the replay check)."""
     if w.checks is not None or w.record.seq < guard.OLDEST[0]:
-        consts = [None if type(u) is Value else u for u in w.inputs]
-        i = guard.changed(consts, w.checks, w.record.seq)
+        i = guard.changed(datas, w.checks, w.record.seq)  # a value or constant handed out
         if i is not None:
             raise BackwardError(
                 f"a DTR tape recomputing `{w.op.name}` (output shape {w.shape}): its input "
@@ -210,8 +209,8 @@ class Cache:
             record, kwargs, tuple(inputs), weakref.ref(out), out.dtype, now - self.time, self.clock
         )
         v.consts = tuple(consts)
-        if consts and guard.WATCHED:
-            v.checks = guard.checks([None if type(u) is Value else u for u in v.inputs])
+        if guard.WATCHED:  # what it read that user code may change (a value's .data too)
+            v.checks = guard.checks(datas)
         held = list(consts)
         v.link(self, held)
         self.stats.ops += 1

@@ -105,8 +105,8 @@ class Pending:
                 if total > cache.stats.peak_bytes:
                     cache.stats.peak_bytes = total
         checks = None
-        if consts and guard.WATCHED:  # fingerprints of what it read that user code may change
-            checks = guard.checks([None if type(u) is Record else u for u in inputs])
+        if guard.WATCHED:  # fingerprints of what it read that user code may change
+            checks = guard.checks(datas)
         cache.clock = tick = cache.clock + 1
         notes[id(record)] = (
             record, kwargs, inputs, _weak(out), out.dtype, now - cache.time, tick, checks,
