@@ -411,6 +411,7 @@ _lock = threading.Lock()
 _open = [0]  # DTR tapes open now (on_record is set while any is)
 _caches: dict[int, weakref.ref[Cache]] = {}  # alive (before_vjp is set while any is)
 _hooked: list[tuple] = [()]  # a snapshot of _caches' references, which the hook reads
+_dead: list[int] = []  # ids of caches finalized and not yet taken out of _caches
 
 
 def _on_record(record, datas, kwargs, out):
@@ -437,19 +438,44 @@ def _before_vjp(record):
 
 
 def _alive(cache):
+    ref = weakref.ref(cache)
     with _lock:
-        _caches[id(cache)] = weakref.ref(cache)
-        _hooked[0] = tuple(_caches.values())
-        core_tape.before_vjp = _before_vjp
+        _caches[id(cache)] = ref
+        _rehook()
     weakref.finalize(cache, _gone, id(cache))
+    _settle()
 
 
 def _gone(key):
-    with _lock:
-        del _caches[key]
-        _hooked[0] = tuple(_caches.values())
-        if not _caches:
-            core_tape.before_vjp = None
+    """The cache of id ``key`` was finalized.  The garbage collector finalizes a cache
+    that dies in a reference cycle inside any allocation, also one made while this
+    thread holds the lock (registering another cache): so its key waits in ``_dead``
+    until the lock is free, and nothing waits for the lock here (it would hang)."""
+    _dead.append(key)
+    _settle()
+
+
+def _settle():
+    while _dead and _lock.acquire(blocking=False):
+        try:
+            _rehook()
+        finally:
+            _lock.release()
+
+
+def _rehook():
+    """(The lock held.)  Take the finalized caches out, and hook the others."""
+    while True:
+        while _dead:
+            key = _dead.pop()
+            ref = _caches.get(key)
+            if ref is not None and ref() is None:  # (else the id is a newer cache's now)
+                del _caches[key]
+        hooked = tuple(_caches.values())  # a collection here adds to _dead, not _caches
+        if not _dead:
+            break
+    _hooked[0] = hooked
+    core_tape.before_vjp = _before_vjp if _caches else None
 
 
 def entered() -> None:
@@ -464,6 +490,7 @@ def exited() -> None:
         _open[0] -= 1
         if _open[0] == 0:
             core_tape.on_record = None
+    _settle()
 
 
 class Records(list):
