@@ -9,6 +9,10 @@ that follows pays nothing and works.
 """
 
 import gc
+import pathlib
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -17,6 +21,7 @@ import remat as rm
 from remat.core import tape as core_tape
 from remat.graph import DTR
 
+ROOT = pathlib.Path(__file__).parents[2]  # the checkout: `import remat` finds this one
 N = 16
 RNG = np.random.default_rng(0)
 WS = [rm.tensor(RNG.standard_normal((N, N)) / 4, requires_grad=True) for _ in range(4)]
@@ -171,6 +176,45 @@ def test_a_tape_dropped_before_backward():
         loss.backward()
 
     assert_store_alls(run)
+
+
+# A bug: a DTR tape's cache left in a reference cycle (evicted values, no backward) is
+# finalized by the garbage collector, which may run while this thread holds the hooks'
+# lock (an allocation made registering another tape): the finalizer waited for the lock
+# and the program hung (taking it again instead changed the caches under an iteration).
+# (A fresh process: on the old code it never returns.)
+def test_caches_collected_at_any_moment_do_not_hang_and_leave_no_hook():
+    code = textwrap.dedent(
+        """
+        import gc
+        import numpy as np
+        import remat as rm
+        from remat.core import tape as core_tape
+        from remat.graph import DTR, dtr
+        x = rm.tensor(np.ones(50), requires_grad=True)
+        gc.set_threshold(1, 1, 1)  # the collector runs at almost every allocation
+        for _ in range(150):
+            with rm.Tape(memory=800, remat=DTR("lru")) as tape:
+                h = x
+                for _ in range(8):
+                    h = rm.sin(h)
+                loss = h.sum()
+            assert tape.stats.evictions > 0
+            del tape, loss, h  # evicted values keep their cache in a cycle
+        gc.set_threshold(700, 10, 10)
+        with dtr._lock:  # as while a new tape registers: the collector may run here
+            gc.collect()
+        tape = rm.Tape(memory=800, remat="dtr")
+        del tape
+        gc.collect()
+        assert not dtr._caches and core_tape.before_vjp is None
+        print("done")
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert run.returncode == 0 and run.stdout == "done\n", run.stderr
 
 
 def test_backward_of_a_non_scalar_with_a_seed():
