@@ -10,8 +10,10 @@ freely.  Binary results are halved, so that long products stay finite.
 Its users check different things on the same programs: finite differences
 (``core/test_engine.py``), rm.grad against backward and every schedule
 (``core/test_trust.py``), eager tangents against recorded ones bit for bit
-(``forward/test_dual.py``), the differentiable jvp (``forward/test_nested_jvp.py``)
-and memory bounds on loop steps (``budgets/test_memory_traced.py``).  A new op
+(``forward/test_dual.py``), the differentiable jvp (``forward/test_nested_jvp.py``),
+memory bounds on loop steps (``budgets/test_memory_traced.py``) and DTR's gradients
+under random budgets (``graph/test_dtr_random.py``, letting go of values as user code
+does: ``run_program(..., release=True)``).  A new op
 joins every one of those tests by joining a table here.
 """
 
@@ -65,15 +67,32 @@ def programs(max_size=12):
     return st.lists(instruction, min_size=1, max_size=max_size)
 
 
-def run_program(program, values):
-    """``values`` with the result of each instruction appended, one after another."""
+def run_program(program, values, release=False):
+    """``values`` with the result of each instruction appended, one after another.
+
+    ``release=True`` lets go of each value made by the program once no later
+    instruction reads it (None in its place), as user code does: what a rematerializer
+    may then evict is what the ops saved, not what the caller holds.  The last value
+    is always kept."""
     values = list(values)
-    for unary, op, i, j in program:
-        a, b = values[i % len(values)], values[j % len(values)]
+    last = {}
+    if release:
+        for k, (_, _, i, j) in enumerate(program):
+            n = len(values) + k
+            last[i % n] = last[j % n] = k
+    start = len(values)
+    for k, (unary, op, i, j) in enumerate(program):
+        n = len(values)
+        a, b = values[i % n], values[j % n]
         if unary:
             values.append(UNARY[op % len(UNARY)](a))
         else:
             values.append(BINARY[op % len(BINARY)](a, b) * 0.5)
+        a = b = None
+        if release:
+            for v in (i % n, j % n, n):  # what this reads for the last time, or made unread
+                if v >= start and last.get(v, k) <= k and v < start + len(program) - 1:
+                    values[v] = None
     return values
 
 
