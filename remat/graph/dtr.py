@@ -136,7 +136,7 @@ class Cache:
         self.values: dict[int, Value] = {}  # id(record) -> its Value (the tape holds records)
         self.resident: dict[int, Value] = {}  # values saved in a slot and in memory
         self.owners: dict[int, list] = {}  # id(buffer) -> [buffer, holders]
-        self.leaves: dict[int, Any] = {}  # id(buffer) -> a leaf's buffer (not counted)
+        self.leaves: dict[int, Any] = {}  # id(buffer) -> a leaf's buffer, weakly (not counted)
         self.bytes = 0
         self.clock = 0
         self.time = time.perf_counter()
@@ -148,6 +148,19 @@ class Cache:
     # --- counting by buffer -------------------------------------------------------
     def _owner(self, a):
         return a if a.base is None else backend.memory_owner(a)
+
+    def leaf(self, o: Any) -> None:
+        """Note buffer ``o`` as a leaf's (the user's: not counted).  Weakly: a parameter
+        given a new array (an optimizer's step) leaves its old one to the records that
+        read it, so that a tape reused step after step does not keep every old one."""
+        k = id(o)
+        if k not in self.leaves:  # an entry goes when its buffer does: ids stay its own
+            leaves = self.leaves
+
+            def gone(_: Any) -> None:
+                leaves.pop(k, None)
+
+            leaves[k] = weakref.ref(o, gone)
 
     def adding(self, arrays: Any) -> int:
         """Bytes holding ``arrays`` would add (buffers not counted yet, each once)."""
@@ -201,8 +214,7 @@ class Cache:
             inputs.append(d)  # a leaf's array, a constant, or a value from outside
             if backend.is_array(d):
                 if isinstance(node, Leaf):
-                    o = self._owner(d)
-                    self.leaves[id(o)] = o
+                    self.leaf(self._owner(d))
                 else:
                     consts.append(d)
         v = Value(

@@ -135,8 +135,7 @@ class Pending:
             inputs.append(d)
             if _is_array(d):
                 if isinstance(node, Leaf):
-                    o = d if d.base is None else _owner(d)
-                    cache.leaves[id(o)] = o
+                    cache.leaf(d if d.base is None else _owner(d))
                 else:
                     consts += (d,)
                     held.append(d)
