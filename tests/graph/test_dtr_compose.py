@@ -90,26 +90,43 @@ def test_the_net_evicts_under_the_budget():
 # A bug: a DTR tape inside a checkpointed function, loop step or chain step hands its
 # records, evicted values in their slots, to the step's recorder, whose count of what
 # the step keeps read `ans.base` of a Value (AttributeError deep in backward).
-@pytest.mark.parametrize("form", ["checkpoint", "loop", "chain"])
+BUDGETS = {"scan": 5 * VALUE, "save_ops": 6 * VALUE}  # else 4 values: the least that works
+
+
+@pytest.mark.parametrize(
+    "form", ["checkpoint", "save_nothing", "save_ops", "loop", "chain", "scan"]
+)
 def test_a_dtr_tape_inside_a_checkpointed_function_or_step(form):
+    evicted = []
+
     def step(h):
-        with rm.Tape(memory=4 * VALUE, remat=DTR("lru")):
-            return net(h, WS[:3])
+        with rm.Tape(memory=BUDGETS.get(form, 4 * VALUE), remat=DTR("lru")) as tape:
+            out = net(h, WS[:3])
+        evicted.append(tape.stats.evictions)
+        return out
+
+    policies = {"save_nothing": rm.policies.save_nothing, "save_ops": rm.policies.save_ops("tanh")}
+    xs = rm.tensor(RNG.standard_normal((3, 4, N)))
 
     def run(dtr):
         with rm.Tape(snapshots=1) as tape:
             f = step if dtr else lambda h: net(h, WS[:3])
             if form == "checkpoint":
                 h = rm.checkpoint(f)(rm.checkpoint(f)(X))
+            elif form in policies:
+                h = rm.checkpoint(f, policy=policies[form])(X)
             elif form == "loop":
                 h = tape.loop(f, X, steps=3)
-            else:
+            elif form == "chain":
                 h = tape.chain([f] * 3, X)
+            else:
+                h = tape.scan(lambda c, x: (f(c + x), None), X, xs)[0]
             loss = (h * h).sum()
         loss.backward()
         return grads()
 
     assert_exact(run(True), run(False))
+    assert sum(evicted) > 0
 
 
 def test_dtr_tapes_nested_in_plain_tapes_and_each_other():
@@ -130,6 +147,82 @@ def test_dtr_tapes_nested_in_plain_tapes_and_each_other():
         assert_exact(gradients(lambda t, inner=inner: run(t, inner), outer), expected)
         dtr = [t for t in (outer, inner) if t.dtr_cache is not None]
         assert all(t.stats.evictions > 0 and t.stats.peak_bytes <= 6 * VALUE for t in dtr)
+
+
+# --- forward mode and higher order ------------------------------------------------------
+
+
+def test_rm_jvp_of_a_function_opening_a_dtr_tape_is_refused_at_once():
+    def f(x):
+        with rm.Tape(memory=BUDGET, remat="dtr"):
+            return (net(x) ** 2).sum()
+
+    with pytest.raises(ValueError, match=r"rm.jvp recording inside rm.Tape\(remat='dtr'\)"):
+        rm.jvp(f, (X.data,), (np.ones_like(X.data),))
+
+
+def test_a_differentiable_rm_jvp_inside_a_dtr_tape():
+    x = rm.tensor(X.data, requires_grad=True)
+
+    def run(tape):
+        with tape:
+            y, t = rm.jvp(net, (x,), (np.ones_like(X.data),))  # recorded: x needs a gradient
+            loss = (y * t).sum() + (net(y) ** 2).sum()
+        loss.backward()
+        g, x.grad = x.grad, None
+        return [*grads(), g]
+
+    expected = run(rm.Tape())
+    tape = rm.Tape(memory=14 * VALUE, remat=DTR("lru"))  # jvp's values are constants here
+    assert_exact(run(tape), expected)
+    assert tape.stats.evictions > 0 and tape.stats.peak_bytes <= 14 * VALUE
+
+
+def test_rm_grad_of_rm_grad_of_a_function_opening_a_dtr_tape():
+    v = RNG.standard_normal((4, N))
+
+    def f(x, tape):
+        with tape:
+            return (net(x) ** 2).sum()
+
+    def hvp(tape):
+        return rm.grad(lambda y: (rm.grad(lambda z: f(z, tape))(y) * v).sum())(X.data)
+
+    tape = rm.Tape(memory=7 * VALUE, remat=DTR("lru"))
+    np.testing.assert_array_equal(hvp(tape), hvp(rm.Tape()))
+    assert tape.stats.evictions > 0
+
+
+def test_two_roots_with_and_without_retain_graph():
+    def forward(tape):
+        with tape:
+            h = net()
+            first, second = (h * h).sum(), (rm.sin(h) * net(h)).sum()
+        return first, second
+
+    def run(tape):
+        first, second = forward(tape)
+        first.backward(retain_graph=True)
+        second.backward()
+
+    assert_store_alls(run, budget=6 * VALUE)
+    for tape in (rm.Tape(), rm.Tape(memory=6 * VALUE, remat=DTR("lru"))):
+        first, second = forward(tape)
+        first.backward()  # releases the shared records, as on a plain tape
+        with pytest.raises(rm.BackwardError, match="a second time"):
+            second.backward()
+        grads()
+
+
+def test_backward_inside_the_open_tape_then_more_ops():
+    def run(tape):
+        with tape:
+            h = net()
+            (h * h).sum().backward()
+            k = net(rm.tensor(h.data))  # a new graph, recorded after a backward
+            (k * k).sum().backward()
+
+    assert_store_alls(run)
 
 
 # --- the tape's own life --------------------------------------------------------------
