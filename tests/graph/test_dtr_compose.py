@@ -161,6 +161,16 @@ def test_rm_jvp_of_a_function_opening_a_dtr_tape_is_refused_at_once():
         rm.jvp(f, (X.data,), (np.ones_like(X.data),))
 
 
+def test_eager_rm_jvp_and_rm_hvp_inside_a_dtr_tape():
+    f = lambda x: (net(x) ** 2).sum()  # noqa: E731
+    primals, tangents = (X.data,), (np.ones_like(X.data),)
+    expected = (rm.jvp(f, primals, tangents), rm.hvp(f, primals, tangents))
+    with rm.Tape(memory=BUDGET, remat="dtr"):  # dual numbers: nothing the tape saves
+        got = (rm.jvp(f, primals, tangents), rm.hvp(f, primals, tangents))
+    for a, b in zip((*got[0], got[1]), (*expected[0], expected[1])):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_differentiable_rm_jvp_inside_a_dtr_tape():
     x = rm.tensor(X.data, requires_grad=True)
 
