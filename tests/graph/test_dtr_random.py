@@ -92,7 +92,9 @@ def test_random_graphs_give_store_alls_gradients_or_say_the_least_that_works(
             assert message.startswith(f"rm.Tape(memory={budget}, remat='dtr'): at op `")
             assert message.split("`")[1] in names
             least = least_that_works(message)
-            assert budget < least <= saved, message
+            # more than the budget (maybe more than store-all saves: a recomputation
+            # holds the values it is made from, which no record may save)
+            assert least > budget, message
             budget = least
             continue
         for g, e in zip(got, expected):
