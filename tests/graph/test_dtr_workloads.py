@@ -29,10 +29,10 @@ SMALL = {
 }
 # Larger, so that the values (not Python's objects) dominate what tracemalloc sees.
 MEDIUM = {
-    "unet": lambda: unet(levels=3, width=8, length=64, batch=4),
+    "unet": lambda: unet(levels=3, width=8, length=64, batch=16),
     "resnet": lambda: resnet(stages=3, blocks=1, width=8, length=64, batch=4),
     "transformer_ops": lambda: transformer_ops(blocks=2, width=16, heads=2, context=16, batch=4),
-    "adaptive_ode": lambda: adaptive_ode(horizon=0.5, dim=8, batch=64),
+    "adaptive_ode": lambda: adaptive_ode(horizon=0.5, dim=8, batch=256),
 }
 NEVER = 2**40  # a budget never reached: the tape saves what store-all saves
 
@@ -137,7 +137,7 @@ def test_traced_memory_is_within_the_budget_and_the_transients(name):
     budget, _ = fitted(w, int(saved * 0.33), "lru", (loss, grads, notes), x)
     assert budget < saved / 2
     _, peak = traced(lambda: w.loss_and_gradients(rm.Tape(memory=budget, remat=DTR("lru"))))
-    assert peak < store_all_peak  # evicting frees memory: tracemalloc sees it go
+    assert peak < 0.9 * store_all_peak  # evicting frees memory: tracemalloc sees it go
 
 
 # A bug: bringing back one evicted input of a record evicted another input of the same
