@@ -421,13 +421,19 @@ def _on_record(record, datas, kwargs, out):
 
 
 def _before_vjp(record):
+    """Hand ``record`` to the cache it belongs to, if any (sweeps of every thread, of
+    plain tapes too, call here: a cache must see only its own records)."""
+    key = id(record)
     for ref in _hooked[0]:
         cache = ref()
-        if cache is not None:
-            if cache.pending is None:
+        if cache is None:
+            continue
+        pending = cache.pending
+        if pending is None:
+            if key in cache.values:
                 cache.before_vjp(record)
-            elif id(record) in cache.pending.notes:  # lazy: its count may have to be taken again
-                cache.pending.swept[id(record)] = record
+        elif key in pending.notes:  # lazy: its count may have to be taken again
+            pending.swept[key] = record
 
 
 def _alive(cache):
