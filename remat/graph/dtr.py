@@ -52,8 +52,10 @@ use is so deferred: its cost (about 10 us an op) was 40% of a chain of small ops
 
 The core calls in through two of its documented hooks and nothing else:
 ``remat.core.tape.on_record`` (set while a DTR tape is open) after each op records,
-and ``remat.core.tape.before_vjp`` (set while a DTR cache is alive) before the
-reverse sweep reads a record's saved values.
+and ``remat.core.tape.before_vjp`` (set while a DTR cache is watched: an eager one
+always, a lazy one until a sweep reaches its records) before the reverse sweep
+reads a record's saved values.  Both hooks serve every thread: ``on_record`` finds
+the tape open in the calling context, ``before_vjp`` the cache whose record it is.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from .. import backend, guard
 from .. import tape as _tape
 from ..core import tape as core_tape
 from ..executor import ReplayError
+from ..guard import REBOUND
 from ..tape import OPEN_TAPE, BackwardError, Leaf, Record
 from .heuristics import Heuristic
 from .lazy import Pending, build
@@ -98,8 +101,8 @@ def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
     if not backend.is_array(out):
         out = backend.xp.asarray(out)
     w.cost = time.perf_counter() - start
-    cache.stats.recomputed_ops += 1
-    cache.stats.recompute_seconds += w.cost
+    cache._stats.recomputed_ops += 1
+    cache._stats.recompute_seconds += w.cost
     if out.shape != w.shape or out.dtype != w.dtype:
         raise ReplayError(
             f"a DTR tape recomputing `{w.op.name}`: it gave shape {out.shape} dtype "
@@ -132,7 +135,7 @@ class Cache:
         self.limit = limit
         self.heuristic: Heuristic | Any = dtr.heuristic
         self.check_replay = check_replay
-        self.stats = DTRStats(memory=limit, heuristic=dtr.name)
+        self._stats = DTRStats(memory=limit, heuristic=dtr.name)
         self.values: dict[int, Value] = {}  # id(record) -> its Value (the tape holds records)
         self.resident: dict[int, Value] = {}  # values saved in a slot and in memory
         self.owners: dict[int, list] = {}  # id(buffer) -> [buffer, holders]
@@ -143,7 +146,14 @@ class Cache:
         self.reversing: Value | None = None
         self.rng = random.Random(0)
         self.pending: Pending | None = Pending()  # None once the tables are built
-        _alive(self)
+        self.pending_since = self.pending.since
+
+    @property
+    def stats(self) -> DTRStats:
+        """What this tape did so far (``tape.stats``)."""
+        if self.pending is not None:  # lazy: the ops are counted from the notes
+            self._stats.ops = self.pending.ops
+        return self._stats
 
     # --- counting by buffer -------------------------------------------------------
     def _owner(self, a):
@@ -166,8 +176,8 @@ class Cache:
         if entry is None:
             self.owners[id(o)] = [o, 1]
             self.bytes += o.nbytes
-            if self.bytes > self.stats.peak_bytes:
-                self.stats.peak_bytes = self.bytes
+            if self.bytes > self._stats.peak_bytes:
+                self._stats.peak_bytes = self.bytes
         else:
             entry[1] += 1
 
@@ -186,16 +196,19 @@ class Cache:
         """Note ``record`` (just made, with its forward's inputs and output), then evict
         what must go for its saved arrays to fit.  Called once the budget is approached:
         before, the hook has :class:`~remat.graph.lazy.Pending` note each op instead."""
+        now = time.perf_counter()
         pending = self.pending
         if pending is not None:  # the budget is approached: build the tables, then evict
+            if pending.swept:
+                pending.recount(self)
             self.pending = None
             build(self, pending)
-        now = time.perf_counter()
+            self.watch()
         self.clock += 1
         inputs, consts = [], []
         for node, d in zip(record.parents, datas):
             src = self.values.get(id(node)) if node is not None else None
-            if src is not None and not src.pinned and src.ref() is d:
+            if src is not None and not src.pinned and self._made(src, node, d):
                 inputs.append(src)
                 continue
             inputs.append(d)  # a leaf's array, a constant, or a value from outside
@@ -213,13 +226,31 @@ class Cache:
             v.checks = guard.checks([None if type(u) is Value else u for u in v.inputs])
         held = list(consts)
         v.link(self, held)
-        self.stats.ops += 1
+        self._stats.ops += 1
         upper = sum(a.nbytes if a.base is None else self._owner(a).nbytes for a in held)
         if self.bytes + upper > self.limit:  # else it fits, counting each buffer as new
             self.make_room(held, record)
         for a in held:
             self.hold(a)
         self.time = time.perf_counter()
+
+    def watch(self) -> None:
+        """Have the reverse sweeps' ``before_vjp`` calls reach this cache."""
+        _watch(self)
+
+    def _made(self, src: Value, node: Record, d: Any) -> bool:
+        """Whether ``d``, read through ``node``, is ``src``'s array.  A value a lazy tape
+        noted by its array's id only, and no record saves, is known by that id: its
+        array is alive (``d``) unless user code gave the tensor a new value (rebound)."""
+        a = src.ref()
+        if a is not None:
+            return a is d
+        if src.evicted or src.oid != id(d):
+            return False
+        if REBOUND[0] >= self.pending_since and getattr(node, "rebound", -1) >= 0:
+            return False
+        src.seen(d)
+        return True
 
     # --- eviction -----------------------------------------------------------------
     def make_room(self, arrays: list, record: Record) -> None:
@@ -278,13 +309,13 @@ class Cache:
         v.evicted = True
         v.cache = self
         del self.resident[id(v)]
-        self.stats.evictions += 1
+        self._stats.evictions += 1
 
     def _too_small(self, adding, record):
         need = self.bytes + adding
         return MemoryError(
             f"rm.Tape(memory={self.limit}, remat='dtr'): at op `{record.op.name}` (output "
-            f"shape {record.shape}; op {self.stats.ops} recorded on this tape) the tape must "
+            f"shape {record.shape}; op {self._stats.ops} recorded on this tape) the tape must "
             f"hold {need} bytes at once, none of which can be evicted: the values user code "
             "still holds (or an op being computed reads) that its records save, the "
             "constants its ops read, and what this op saves. Give memory= at least "
@@ -403,14 +434,17 @@ class Cache:
 
 _lock = threading.Lock()
 _open = [0]  # DTR tapes open now (on_record is set while any is)
-_caches: dict[int, weakref.ref[Cache]] = {}  # alive (before_vjp is set while any is)
+_caches: dict[int, weakref.ref[Cache]] = {}  # watched (before_vjp is set while any is)
 _hooked: list[tuple] = [()]  # a snapshot of _caches' references, which the hook reads
 
 
+_open_tape, _forward_mode = OPEN_TAPE.get, _tape.FORWARD_MODE.get
+
+
 def _on_record(record, datas, kwargs, out):
-    cache = getattr(OPEN_TAPE.get(), "dtr_cache", None)
+    cache = getattr(_open_tape(), "dtr_cache", None)
     if cache is not None:
-        if _tape.FORWARD_MODE.get():
+        if _forward_mode():
             raise ValueError(
                 "rm.jvp recording inside rm.Tape(remat='dtr') is not supported: its forward "
                 "sweep reads saved values that DTR may have evicted"
@@ -423,33 +457,41 @@ def _on_record(record, datas, kwargs, out):
 def _before_vjp(record):
     """Hand ``record`` to the cache it belongs to, if any (sweeps of every thread, of
     plain tapes too, call here: a cache must see only its own records)."""
-    key = id(record)
-    for ref in _hooked[0]:
+    for ref in _hooked[0]:  # () while no cache is watched: the common case
         cache = ref()
         if cache is None:
             continue
-        pending = cache.pending
+        key, pending = id(record), cache.pending
         if pending is None:
             if key in cache.values:
                 cache.before_vjp(record)
-        elif key in pending.notes:  # lazy: its count may have to be taken again
-            pending.swept[key] = record
+        elif key in pending.notes:  # lazy: count again at the next op; till then, no calls
+            pending.swept = True
+            _watch(cache, False)
 
 
-def _alive(cache):
+def _watch(cache: Cache, on: bool = True) -> None:
+    """Have ``before_vjp`` calls reach ``cache`` (or no longer).  An eager cache is
+    watched for good; a lazy one from its first op to the first sweep that reaches
+    one of its records (it counts again at its next op, and is watched again)."""
     with _lock:
-        _caches[id(cache)] = weakref.ref(cache)
+        key = id(cache)
+        if on and key not in _caches:
+            _caches[key] = weakref.ref(cache)
+            weakref.finalize(cache, _gone, key)
+        elif not on and key in _caches:
+            del _caches[key]
+        else:
+            return
         _hooked[0] = tuple(_caches.values())
-        core_tape.before_vjp = _before_vjp
-    weakref.finalize(cache, _gone, id(cache))
+        core_tape.before_vjp = _before_vjp if _caches else None
 
 
 def _gone(key):
     with _lock:
-        del _caches[key]
-        _hooked[0] = tuple(_caches.values())
-        if not _caches:
-            core_tape.before_vjp = None
+        if _caches.pop(key, None) is not None:
+            _hooked[0] = tuple(_caches.values())
+            core_tape.before_vjp = _before_vjp if _caches else None
 
 
 def entered() -> None:
