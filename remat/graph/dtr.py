@@ -265,38 +265,37 @@ class Cache:
                 raise self._too_small(adding, record)
             self.evict(v)
 
-    def _freeable(self, v: Value) -> Any:
-        """v's array if dropping its slots frees it (nothing else holds it), else None."""
-        a = v.ref()
-        if a is None:
-            return None
-        # references: its slots, the count's entry if it owns its buffer, `a`, the call's
-        expected = len(v.slots) + (a.base is None) + 2
-        return a if sys.getrefcount(a) == expected else None
-
     def _choose(self) -> Value | None:
+        """The value to evict: of a sample of the resident ones (all when few), the
+        freeable one scored lowest; if none drawn is freeable, of all of them."""
         self._drop_released()
-        resident = list(self.resident.values())
-        if not resident:
-            return None
-        score = getattr(self.heuristic, "score", self.heuristic)  # a Heuristic's, uncalled
-        now, n, draw = self.clock, len(resident), self.rng.random
-        for pool in (
-            [resident[int(draw() * n)] for _ in range(SAMPLE)] if n > SAMPLE else resident,
-            resident,
-        ):
-            best, best_score = None, 0.0
-            for v in pool:
-                if self._freeable(v) is None:
-                    continue
-                s = score(v, now)
-                if best is None or s < best_score:
-                    best, best_score = v, s
+        values = list(self.resident.values())
+        n = len(values)
+        if n > SAMPLE:
+            draw = self.rng.random
+            best = self._lowest([values[int(draw() * n)] for _ in range(SAMPLE)])
             if best is not None:
                 return best
-            if len(pool) == len(resident):
-                break
-        return None
+        return self._lowest(values) if n else None
+
+    def _lowest(self, pool: list) -> Value | None:
+        """Of ``pool``, the freeable value scored lowest (the first of equals)."""
+        refs = sys.getrefcount
+        # a freeable array's references: its slots, the count's entry if it owns its
+        # buffer, `a` and the call's: nothing else holds it
+        free = [
+            v
+            for v in pool
+            if (a := v.ref()) is not None and refs(a) == len(v.slots) + (a.base is None) + 2
+        ]
+        if not free:
+            return None
+        h = self.heuristic
+        scores = h.scores(free, self.clock) if isinstance(h, Heuristic) else None
+        if scores is None:  # a callable score of the user's
+            score = getattr(h, "score", h)
+            scores = [score(v, self.clock) for v in free]
+        return free[min(range(len(free)), key=scores.__getitem__)]
 
     def evict(self, v: Value) -> None:
         """Drop ``v``'s array from its slots (each slot then holds ``v``, which remakes it)."""
@@ -432,7 +431,7 @@ class Cache:
 
 # --- the hooks --------------------------------------------------------------------
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a collection inside may finalize a cache (_gone)
 _open = [0]  # DTR tapes open now (on_record is set while any is)
 _caches: dict[int, weakref.ref[Cache]] = {}  # watched (before_vjp is set while any is)
 _hooked: list[tuple] = [()]  # a snapshot of _caches' references, which the hook reads
