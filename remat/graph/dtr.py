@@ -145,6 +145,8 @@ class Cache:
         self.time = time.perf_counter()
         self.reversing: Value | None = None
         self.rng = random.Random(0)
+        self.drawn: list[Value] = []  # what the eviction samples from (see _choose)
+        self.draws = 0  # samples left before the list is taken again
         self.pending: Pending | None = Pending()  # None once the tables are built
         self.pending_since = self.pending.since
 
@@ -267,16 +269,27 @@ class Cache:
 
     def _choose(self) -> Value | None:
         """The value to evict: of a sample of the resident ones (all when few), the
-        freeable one scored lowest; if none drawn is freeable, of all of them."""
+        freeable one scored lowest; if none drawn is freeable, of all of them.
+
+        The sample is drawn from a list of the resident values taken now and then
+        (again once an eighth of them may have changed), not every time: copying
+        them all per eviction made a long program's evictions quadratic.  A value
+        drawn that is no longer resident is skipped; one made resident since is
+        not drawn until the list is taken again (the full scan sees it)."""
         self._drop_released()
-        values = list(self.resident.values())
-        n = len(values)
+        resident = self.resident
+        n = len(resident)
         if n > SAMPLE:
-            draw = self.rng.random
-            best = self._lowest([values[int(draw() * n)] for _ in range(SAMPLE)])
+            drawn, self.draws = self.drawn, self.draws - 1
+            if self.draws < 0 or not drawn:
+                drawn = self.drawn = list(resident.values())
+                self.draws = max(SAMPLE, n // 8)
+            draw, k = self.rng.random, len(drawn)
+            sample = [drawn[int(draw() * k)] for _ in range(SAMPLE)]
+            best = self._lowest([v for v in sample if resident.get(id(v)) is v])
             if best is not None:
                 return best
-        return self._lowest(values) if n else None
+        return self._lowest(list(resident.values())) if n else None
 
     def _lowest(self, pool: list) -> Value | None:
         """Of ``pool``, the freeable value scored lowest (the first of equals)."""
