@@ -54,6 +54,10 @@ def dtr():  # lru chooses the same every run: its stats are reproducible
     return rm.Tape(memory=5 * 8 * WIDTH * 8, remat=DTR("lru"))
 
 
+def lazy():  # a budget never reached: the tape only notes its ops, and counts
+    return rm.Tape(memory=2**40, remat="dtr")
+
+
 def concurrently(*jobs):
     results = [None] * len(jobs)
     start = threading.Barrier(len(jobs))
@@ -85,14 +89,14 @@ def same(got, expected):
 # Bug: the before_vjp hook called every live DTR cache on every record reversed in any
 # thread; another thread's sweep reset a cache's record being reversed, so its saved bytes
 # were never uncounted (other stats, more evictions, a budget refused).
-@pytest.mark.parametrize("other", ["dtr", "plain"])
+@pytest.mark.parametrize("other", ["dtr", "lazy", "plain"])
 def test_a_dtr_tape_beside_another_thread_s_tape(other):
     mine, theirs = program(0), program(1)
     store_all = mine(rm.Tape)
     alone = mine(dtr)
     same(alone, [(g, s) for (g, _), (_, s) in zip(store_all, alone)])
     assert alone[0][1][1] > 0  # it evicts
-    make_other = dtr if other == "dtr" else rm.Tape
+    make_other = {"dtr": dtr, "lazy": lazy, "plain": rm.Tape}[other]
     expected_other = theirs(make_other)
     got, got_other = concurrently(lambda: mine(dtr), lambda: theirs(make_other))
     same(got, alone)
