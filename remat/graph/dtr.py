@@ -79,9 +79,12 @@ from .options import DTR, DTRStats, refuse
 from .value import Value
 
 SAMPLE = 32
-"""Candidates scored per eviction: all of them up to this many, else this many drawn at
+"""Candidates scored per sample: all of them up to this many, else this many drawn at
 random (with replacement; the paper samples about sqrt(n)); a full scan follows when no
 value drawn can be freed."""
+
+REUSE = 3
+"""How many of a sample's next lowest values the next evictions take (see Cache._choose)."""
 
 
 def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
@@ -147,6 +150,8 @@ class Cache:
         self.rng = random.Random(0)
         self.drawn: list[Value] = []  # what the eviction samples from (see _choose)
         self.draws = 0  # samples left before the list is taken again
+        self.queue: list[Value] = []  # the next lowest of the last sample, last first
+        self.queued_at = 0  # the clock's tick when it was scored
         self.pending: Pending | None = Pending()  # None once the tables are built
         self.pending_since = self.pending.since
 
@@ -275,24 +280,41 @@ class Cache:
         (again once an eighth of them may have changed), not every time: copying
         them all per eviction made a long program's evictions quadratic.  A value
         drawn that is no longer resident is skipped; one made resident since is
-        not drawn until the list is taken again (the full scan sees it)."""
+        not drawn until the list is taken again (the full scan sees it).  The next
+        :data:`REUSE` lowest of a sample are the next evictions' choices, while the
+        clock has moved as many ticks at most and they are still freeable: a
+        sample is then scored once per few evictions, not per eviction."""
         self._drop_released()
         resident = self.resident
         n = len(resident)
         if n > SAMPLE:
+            queue = self.queue
+            if queue and self.clock - self.queued_at <= REUSE:
+                while queue:
+                    v = queue.pop()
+                    if resident.get(id(v)) is v and self._freeable(v):
+                        return v
             drawn, self.draws = self.drawn, self.draws - 1
             if self.draws < 0 or not drawn:
                 drawn = self.drawn = list(resident.values())
                 self.draws = max(SAMPLE, n // 8)
             draw, k = self.rng.random, len(drawn)
             sample = [drawn[int(draw() * k)] for _ in range(SAMPLE)]
-            best = self._lowest([v for v in sample if resident.get(id(v)) is v])
-            if best is not None:
-                return best
-        return self._lowest(list(resident.values())) if n else None
+            ranked = self._ranked([v for v in sample if resident.get(id(v)) is v])
+            if ranked:
+                self.queue, self.queued_at = ranked[REUSE:0:-1], self.clock
+                return ranked[0]
+        ranked = self._ranked(list(resident.values())) if n else []
+        return ranked[0] if ranked else None
 
-    def _lowest(self, pool: list) -> Value | None:
-        """Of ``pool``, the freeable value scored lowest (the first of equals)."""
+    def _freeable(self, v: Value) -> bool:
+        """Whether dropping ``v``'s slots frees its array (nothing else holds it)."""
+        a = v.ref()
+        # its references: its slots, the count's entry if it owns its buffer, `a`, the call's
+        return a is not None and sys.getrefcount(a) == len(v.slots) + (a.base is None) + 2
+
+    def _ranked(self, pool: list) -> list:
+        """The freeable values of ``pool``, lowest score first (equals in pool order)."""
         refs = sys.getrefcount
         # a freeable array's references: its slots, the count's entry if it owns its
         # buffer, `a` and the call's: nothing else holds it
@@ -301,14 +323,14 @@ class Cache:
             for v in pool
             if (a := v.ref()) is not None and refs(a) == len(v.slots) + (a.base is None) + 2
         ]
-        if not free:
-            return None
+        if len(free) < 2:
+            return free
         h = self.heuristic
         scores = h.scores(free, self.clock) if isinstance(h, Heuristic) else None
         if scores is None:  # a callable score of the user's
             score = getattr(h, "score", h)
             scores = [score(v, self.clock) for v in free]
-        return free[min(range(len(free)), key=scores.__getitem__)]
+        return [free[i] for i in sorted(range(len(free)), key=scores.__getitem__)]
 
     def evict(self, v: Value) -> None:
         """Drop ``v``'s array from its slots (each slot then holds ``v``, which remakes it)."""
