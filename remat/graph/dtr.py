@@ -60,6 +60,7 @@ the tape open in the calling context, ``before_vjp`` the cache whose record it i
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 import threading
@@ -510,9 +511,8 @@ def _watch(cache: Cache, on: bool = True) -> None:
     one of its records (it counts again at its next op, and is watched again)."""
     with _lock:
         key = id(cache)
-        if on and key not in _caches:
-            _caches[key] = weakref.ref(cache)
-            weakref.finalize(cache, _gone, key)
+        if on and key not in _caches:  # (a reference dropped unwatched calls nothing)
+            _caches[key] = weakref.ref(cache, functools.partial(_gone, key))
         elif not on and key in _caches:
             del _caches[key]
         else:
@@ -521,7 +521,8 @@ def _watch(cache: Cache, on: bool = True) -> None:
         core_tape.before_vjp = _before_vjp if _caches else None
 
 
-def _gone(key):
+def _gone(key: int, _: Any = None) -> None:
+    """A watched cache was collected (its weak reference's callback)."""
     with _lock:
         if _caches.pop(key, None) is not None:
             _hooked[0] = tuple(_caches.values())
