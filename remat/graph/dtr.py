@@ -163,6 +163,10 @@ class Cache:
             self._stats.ops = self.pending.ops
         return self._stats
 
+    @stats.setter
+    def stats(self, stats: DTRStats) -> None:  # (a subclass may count into its own)
+        self._stats = stats
+
     # --- counting by buffer -------------------------------------------------------
     def _owner(self, a):
         return a if a.base is None else backend.memory_owner(a)
