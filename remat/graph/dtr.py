@@ -155,6 +155,7 @@ class Cache:
         self.queued_at = 0  # the clock's tick when it was scored
         self.pending: Pending | None = Pending()  # None once the tables are built
         self.pending_since = self.pending.since
+        self.watched = False  # whether before_vjp calls reach it (see _watch)
 
     @property
     def stats(self) -> DTRStats:
@@ -215,6 +216,7 @@ class Cache:
                 pending.recount(self)
             self.pending = None
             build(self, pending)
+        if not self.watched:  # eager from here (or from the start, in a subclass)
             self.watch()
         self.clock += 1
         inputs, consts = [], []
@@ -521,6 +523,7 @@ def _watch(cache: Cache, on: bool = True) -> None:
             del _caches[key]
         else:
             return
+        cache.watched = on
         _hooked[0] = tuple(_caches.values())
         core_tape.before_vjp = _before_vjp if _caches else None
 
