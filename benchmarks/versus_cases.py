@@ -16,7 +16,9 @@ remat's own cost per op, per step and per action:
   ``tape.chain``, ``tape.scan``, and ``Tape(memory=)`` at a quarter of store-all;
 * ``wide revolve``: the same at width 256, batch 64, 200 steps (``loop``'s kind
   of step, where the arithmetic dominates);
-* ``heat``: ``overheads``' heat-equation stencil, 10 steps on 200 points.
+* ``heat``: ``overheads``' heat-equation stencil, 10 steps on 200 points;
+* ``dtr <program> <tape>``: ``dtr``'s MLP and 1000-op chain on a plain tape, a DTR
+  tape whose budget is never reached, and DTR (lru) at 33% of store-all's saved bytes.
 """
 
 import os
@@ -126,6 +128,55 @@ def heat_case():
     return run
 
 
+def dtr_case(program, budget):
+    """``benchmarks/bench_dtr.py``'s programs on a plain tape (``budget=None``), a DTR
+    tape whose budget is never reached (``"never"``) or DTR under a share of what
+    store-all saves (lru: its choices, so its work, are the same in both checkouts)."""
+    rng = np.random.default_rng(0)
+    if program == "mlp":  # 8 layers of 256, batch 256
+        params = [
+            rm.tensor(rng.standard_normal((256, 256)) / 16, requires_grad=True) for _ in range(8)
+        ]
+        x = rm.tensor(rng.standard_normal((256, 256)))
+
+        def forward():
+            h = x
+            for w in params:
+                h = rm.tanh(h @ w) + h * 0.5
+            return (h * h).sum()
+
+    else:  # 1000 ops of sin on 1000 floats
+        params = [rm.tensor(np.linspace(-1.0, 1.0, 1000), requires_grad=True)]
+
+        def forward():
+            h = params[0]
+            for _ in range(1000):
+                h = rm.sin(h)
+            return h.sum()
+
+    def tape():
+        if budget is None:
+            return rm.Tape()
+        if budget == "never":
+            return rm.Tape(memory=2**40, remat="dtr")
+        return rm.Tape(memory=int(full * budget), remat=rm.graph.DTR("lru"))
+
+    def run():
+        for p in params:
+            p.grad = None
+        with tape():
+            loss = forward()
+        loss.backward()
+        return params[0].grad
+
+    if budget not in (None, "never"):
+        with rm.Tape(memory=2**40, remat="dtr") as t:
+            loss = forward()
+        loss.backward()
+        full = t.stats.peak_bytes  # what store-all saves, counted by buffer
+    return run
+
+
 CASES = {
     "chain": chain_case,
     "mlp": mlp_case,
@@ -137,6 +188,12 @@ CASES = {
     "loop memory=": lambda: loop_case("memory"),
     "wide revolve": lambda: loop_case("revolve", width=256, batch=64, steps=200),
     "heat": heat_case,
+    "dtr chain store-all": lambda: dtr_case("chain", None),
+    "dtr chain not reached": lambda: dtr_case("chain", "never"),
+    "dtr chain 33%": lambda: dtr_case("chain", 0.33),
+    "dtr mlp store-all": lambda: dtr_case("mlp", None),
+    "dtr mlp not reached": lambda: dtr_case("mlp", "never"),
+    "dtr mlp 33%": lambda: dtr_case("mlp", 0.33),
 }
 
 

@@ -32,8 +32,7 @@ at most at ``m + X`` with ``X = 4 V + 2 G + U + c``: ``V`` the largest value
 (an op's inputs, output and temporaries, in backward a cotangent and its VJP's
 temporaries), ``G`` the parameters' bytes (their gradients, summed as they
 arrive), ``U`` what user code holds that no record saves, and ``c`` Python's
-objects, 64 KiB and 2 KiB a record (``tests/graph/test_dtr.py`` and
-``test_dtr_workloads.py`` check it).
+objects, 64 KiB and 2 KiB a record (``tests/graph/test_dtr*.py`` check it).
 
 Too small a budget raises a MemoryError at the op where the values that cannot be
 evicted (held by user code, read by the op being computed, or constants) pass
@@ -53,12 +52,15 @@ use is so deferred: its cost (about 10 us an op) was 40% of a chain of small ops
 
 The core calls in through two of its documented hooks and nothing else:
 ``remat.core.tape.on_record`` (set while a DTR tape is open) after each op records,
-and ``remat.core.tape.before_vjp`` (set while a DTR cache is alive) before the
-reverse sweep reads a record's saved values.
+and ``remat.core.tape.before_vjp`` (set while a DTR cache is watched: an eager one
+always, a lazy one until a sweep reaches its records) before the reverse sweep
+reads a record's saved values.  Both hooks serve every thread: ``on_record`` finds
+the tape open in the calling context, ``before_vjp`` the cache whose record it is.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 import threading
@@ -70,6 +72,7 @@ from .. import backend, guard
 from .. import tape as _tape
 from ..core import tape as core_tape
 from ..executor import ReplayError
+from ..guard import REBOUND
 from ..tape import OPEN_TAPE, BackwardError, Leaf, Record
 from .heuristics import Heuristic
 from .lazy import Pending, build
@@ -77,9 +80,12 @@ from .options import DTR, DTRStats, refuse
 from .value import Value
 
 SAMPLE = 32
-"""Candidates scored per eviction: all of them up to this many, else this many drawn at
+"""Candidates scored per sample: all of them up to this many, else this many drawn at
 random (with replacement; the paper samples about sqrt(n)); a full scan follows when no
 value drawn can be freed."""
+
+REUSE = 3
+"""How many of a sample's next lowest values the next evictions take (see Cache._choose)."""
 
 
 def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
@@ -98,8 +104,8 @@ def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
     if not backend.is_array(out):
         out = backend.xp.asarray(out)
     w.cost = time.perf_counter() - start
-    cache.stats.recomputed_ops += 1
-    cache.stats.recompute_seconds += w.cost
+    cache._stats.recomputed_ops += 1
+    cache._stats.recompute_seconds += w.cost
     if out.shape != w.shape or out.dtype != w.dtype:
         raise ReplayError(
             f"a DTR tape recomputing `{w.op.name}`: it gave shape {out.shape} dtype "
@@ -132,7 +138,7 @@ class Cache:
         self.limit = limit
         self.heuristic: Heuristic | Any = dtr.heuristic
         self.check_replay = check_replay
-        self.stats = DTRStats(memory=limit, heuristic=dtr.name)
+        self._stats = DTRStats(memory=limit, heuristic=dtr.name)
         self.values: dict[int, Value] = {}  # id(record) -> its Value (the tape holds records)
         self.resident: dict[int, Value] = {}  # values saved in a slot and in memory
         self.owners: dict[int, list] = {}  # id(buffer) -> [buffer, holders]
@@ -142,25 +148,35 @@ class Cache:
         self.time = time.perf_counter()
         self.reversing: Value | None = None
         self.rng = random.Random(0)
+        self.drawn: list[Value] = []  # what the eviction samples from (see _choose)
+        self.draws = 0  # samples left before the list is taken again
+        self.queue: list[Value] = []  # the next lowest of the last sample, last first
+        self.queued_at = 0  # the clock's tick when it was scored
         self.pending: Pending | None = Pending()  # None once the tables are built
-        _alive(self)
+        self.pending_since = self.pending.since
+        self.watched = False  # whether before_vjp calls reach it (see _watch)
+
+    @property
+    def stats(self) -> DTRStats:
+        """What this tape did so far (``tape.stats``)."""
+        if self.pending is not None:  # lazy: the ops are counted from the notes
+            self._stats.ops = self.pending.ops
+        return self._stats
+
+    @stats.setter
+    def stats(self, stats: DTRStats) -> None:  # (a subclass may count into its own)
+        self._stats = stats
 
     # --- counting by buffer -------------------------------------------------------
     def _owner(self, a):
         return a if a.base is None else backend.memory_owner(a)
 
     def leaf(self, o: Any) -> None:
-        """Note buffer ``o`` as a leaf's (the user's: not counted).  Weakly: a parameter
-        given a new array (an optimizer's step) leaves its old one to the records that
-        read it, so that a tape reused step after step does not keep every old one."""
-        k = id(o)
-        if k not in self.leaves:  # an entry goes when its buffer does: ids stay its own
-            leaves = self.leaves
-
-            def gone(_: Any) -> None:
-                leaves.pop(k, None)
-
-            leaves[k] = weakref.ref(o, gone)
+        """Note buffer ``o`` as a leaf's (the user's: not counted), weakly: a tape reused
+        with an optimizer (new arrays each step) keeps no parameter's old arrays."""
+        k, leaves = id(o), self.leaves
+        if k not in leaves:  # the entry goes with its buffer: an id stays its own
+            leaves[k] = weakref.ref(o, lambda _: leaves.pop(k, None))
 
     def adding(self, arrays: Any) -> int:
         """Bytes holding ``arrays`` would add (buffers not counted yet, each once)."""
@@ -179,8 +195,8 @@ class Cache:
         if entry is None:
             self.owners[id(o)] = [o, 1]
             self.bytes += o.nbytes
-            if self.bytes > self.stats.peak_bytes:
-                self.stats.peak_bytes = self.bytes
+            if self.bytes > self._stats.peak_bytes:
+                self._stats.peak_bytes = self.bytes
         else:
             entry[1] += 1
 
@@ -199,16 +215,20 @@ class Cache:
         """Note ``record`` (just made, with its forward's inputs and output), then evict
         what must go for its saved arrays to fit.  Called once the budget is approached:
         before, the hook has :class:`~remat.graph.lazy.Pending` note each op instead."""
+        now = time.perf_counter()
         pending = self.pending
         if pending is not None:  # the budget is approached: build the tables, then evict
+            if pending.swept:
+                pending.recount(self)
             self.pending = None
             build(self, pending)
-        now = time.perf_counter()
+        if not self.watched:  # eager from here (or from the start, in a subclass)
+            self.watch()
         self.clock += 1
         inputs, consts = [], []
         for node, d in zip(record.parents, datas):
             src = self.values.get(id(node)) if node is not None else None
-            if src is not None and not src.pinned and src.ref() is d:
+            if src is not None and not src.pinned and self._made(src, node, d):
                 inputs.append(src)
                 continue
             inputs.append(d)  # a leaf's array, a constant, or a value from outside
@@ -225,13 +245,31 @@ class Cache:
             v.checks = guard.checks(datas)
         held = list(consts)
         v.link(self, held)
-        self.stats.ops += 1
+        self._stats.ops += 1
         upper = sum(a.nbytes if a.base is None else self._owner(a).nbytes for a in held)
         if self.bytes + upper > self.limit:  # else it fits, counting each buffer as new
             self.make_room(held, record)
         for a in held:
             self.hold(a)
         self.time = time.perf_counter()
+
+    def watch(self) -> None:
+        """Have the reverse sweeps' ``before_vjp`` calls reach this cache."""
+        _watch(self)
+
+    def _made(self, src: Value, node: Record, d: Any) -> bool:
+        """Whether ``d``, read through ``node``, is ``src``'s array.  A value a lazy tape
+        noted by its array's id only, and no record saves, is known by that id: its
+        array is alive (``d``) unless user code gave the tensor a new value (rebound)."""
+        a = src.ref()
+        if a is not None:
+            return a is d
+        if src.evicted or src.oid != id(d):
+            return False
+        if REBOUND[0] >= self.pending_since and getattr(node, "rebound", -1) >= 0:
+            return False
+        src.seen(d)
+        return True
 
     # --- eviction -----------------------------------------------------------------
     def make_room(self, arrays: list, record: Record) -> None:
@@ -246,38 +284,65 @@ class Cache:
                 raise self._too_small(adding, record)
             self.evict(v)
 
-    def _freeable(self, v: Value) -> Any:
-        """v's array if dropping its slots frees it (nothing else holds it), else None."""
-        a = v.ref()
-        if a is None:
-            return None
-        # references: its slots, the count's entry if it owns its buffer, `a`, the call's
-        expected = len(v.slots) + (a.base is None) + 2
-        return a if sys.getrefcount(a) == expected else None
-
     def _choose(self) -> Value | None:
+        """The value to evict: of a sample of the resident ones (all when few), the
+        freeable one scored lowest; if none drawn is freeable, of all of them.
+
+        The sample is drawn from a list of the resident values taken now and then
+        (again once an eighth of them may have changed), not every time: copying
+        them all per eviction made a long program's evictions quadratic.  A value
+        drawn that is no longer resident is skipped; one made resident since is
+        not drawn until the list is taken again (the full scan sees it).  The next
+        :data:`REUSE` lowest of a sample are the next evictions' choices, while the
+        clock has moved as many ticks at most and they are still freeable: a
+        sample is then scored once per few evictions, not per eviction."""
         self._drop_released()
-        resident = list(self.resident.values())
-        if not resident:
-            return None
-        score = getattr(self.heuristic, "score", self.heuristic)  # a Heuristic's, uncalled
-        now, n, draw = self.clock, len(resident), self.rng.random
-        for pool in (
-            [resident[int(draw() * n)] for _ in range(SAMPLE)] if n > SAMPLE else resident,
-            resident,
-        ):
-            best, best_score = None, 0.0
-            for v in pool:
-                if self._freeable(v) is None:
-                    continue
-                s = score(v, now)
-                if best is None or s < best_score:
-                    best, best_score = v, s
-            if best is not None:
-                return best
-            if len(pool) == len(resident):
-                break
-        return None
+        resident = self.resident
+        n = len(resident)
+        if n > SAMPLE:
+            queue = self.queue
+            if queue and self.clock - self.queued_at <= REUSE:
+                while queue:
+                    v = queue.pop()
+                    if resident.get(id(v)) is v and self._freeable(v):
+                        return v
+            drawn, self.draws = self.drawn, self.draws - 1
+            if self.draws < 0 or not drawn:
+                drawn = self.drawn = list(resident.values())
+                self.draws = max(SAMPLE, n // 8)
+            draw, k = self.rng.random, len(drawn)
+            sample = [drawn[int(draw() * k)] for _ in range(SAMPLE)]
+            ranked = self._ranked([v for v in sample if resident.get(id(v)) is v])
+            if ranked:
+                self.queue, self.queued_at = ranked[REUSE:0:-1], self.clock
+                return ranked[0]
+        ranked = self._ranked(list(resident.values())) if n else []
+        return ranked[0] if ranked else None
+
+    def _freeable(self, v: Value) -> bool:
+        """Whether dropping ``v``'s slots frees its array (nothing else holds it)."""
+        a = v.ref()
+        # its references: its slots, the count's entry if it owns its buffer, `a`, the call's
+        return a is not None and sys.getrefcount(a) == len(v.slots) + (a.base is None) + 2
+
+    def _ranked(self, pool: list) -> list:
+        """The freeable values of ``pool``, lowest score first (equals in pool order)."""
+        refs = sys.getrefcount
+        # a freeable array's references: its slots, the count's entry if it owns its
+        # buffer, `a` and the call's: nothing else holds it
+        free = [
+            v
+            for v in pool
+            if (a := v.ref()) is not None and refs(a) == len(v.slots) + (a.base is None) + 2
+        ]
+        if len(free) < 2:
+            return free
+        h = self.heuristic
+        scores = h.scores(free, self.clock) if isinstance(h, Heuristic) else None
+        if scores is None:  # a callable score of the user's
+            score = getattr(h, "score", h)
+            scores = [score(v, self.clock) for v in free]
+        return [free[i] for i in sorted(range(len(free)), key=scores.__getitem__)]
 
     def evict(self, v: Value) -> None:
         """Drop ``v``'s array from its slots (each slot then holds ``v``, which remakes it)."""
@@ -290,13 +355,13 @@ class Cache:
         v.evicted = True
         v.cache = self
         del self.resident[id(v)]
-        self.stats.evictions += 1
+        self._stats.evictions += 1
 
     def _too_small(self, adding, record):
         need = self.bytes + adding
         return MemoryError(
             f"rm.Tape(memory={self.limit}, remat='dtr'): at op `{record.op.name}` (output "
-            f"shape {record.shape}; op {self.stats.ops} recorded on this tape) the tape must "
+            f"shape {record.shape}; op {self._stats.ops} recorded on this tape) the tape must "
             f"hold {need} bytes at once, none of which can be evicted: the values user code "
             "still holds (or an op being computed reads) that its records save, the "
             "constants its ops read, and what this op saves. Give memory= at least "
@@ -314,9 +379,7 @@ class Cache:
         if v is None:
             return
         self.clock += 1
-        # all held here before any is brought back, so that bringing one back evicts no
-        # other (one in memory now, or one brought back before it)
-        keep, evicted = [], []
+        keep, evicted = [], []  # all held before any comes back: none evicts another
         for u, _ in v.saves:
             u = u or v
             u.last = self.clock
@@ -419,17 +482,20 @@ class Cache:
 
 # --- the hooks --------------------------------------------------------------------
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # never waited for by a collected cache's callback: _gone
 _open = [0]  # DTR tapes open now (on_record is set while any is)
-_caches: dict[int, weakref.ref[Cache]] = {}  # alive (before_vjp is set while any is)
+_caches: dict[int, weakref.ref[Cache]] = {}  # watched (before_vjp is set while any is)
 _hooked: list[tuple] = [()]  # a snapshot of _caches' references, which the hook reads
 _dead: list[int] = []  # ids of caches finalized and not yet taken out of _caches
 
 
+_open_tape, _forward_mode = OPEN_TAPE.get, _tape.FORWARD_MODE.get
+
+
 def _on_record(record, datas, kwargs, out):
-    cache = getattr(OPEN_TAPE.get(), "dtr_cache", None)
+    cache = getattr(_open_tape(), "dtr_cache", None)
     if cache is not None:
-        if _tape.FORWARD_MODE.get():
+        if _forward_mode():
             raise ValueError(
                 "rm.jvp recording inside rm.Tape(remat='dtr') is not supported: its forward "
                 "sweep reads saved values that DTR may have evicted"
@@ -440,34 +506,48 @@ def _on_record(record, datas, kwargs, out):
 
 
 def _before_vjp(record):
-    for ref in _hooked[0]:
+    """Hand ``record`` to the cache it belongs to, if any (sweeps of every thread, of
+    plain tapes too, call here: a cache must see only its own records)."""
+    for ref in _hooked[0]:  # () while no cache is watched: the common case
         cache = ref()
-        if cache is not None:
-            if cache.pending is None:
+        if cache is None:
+            continue
+        key, pending = id(record), cache.pending
+        if pending is None:
+            if key in cache.values:
                 cache.before_vjp(record)
-            elif id(record) in cache.pending.notes:  # lazy: its count may have to be taken again
-                cache.pending.swept[id(record)] = record
+        elif key in pending.notes:  # lazy: count again at the next op; till then, no calls
+            pending.swept = True
+            _watch(cache, False)
 
 
-def _alive(cache):
-    ref = weakref.ref(cache)
+def _watch(cache: Cache, on: bool = True) -> None:
+    """Have ``before_vjp`` calls reach ``cache`` (or no longer).  An eager cache is
+    watched for good; a lazy one from its first op to the first sweep that reaches
+    one of its records (it counts again at its next op, and is watched again)."""
     with _lock:
-        _caches[id(cache)] = ref
+        key = id(cache)
+        ref = _caches.get(key)
+        if on and (ref is None or ref() is not cache):  # (a collected one's id: reused)
+            _caches[key] = weakref.ref(cache, functools.partial(_gone, key))
+        elif not on and ref is not None and ref() is cache:
+            del _caches[key]
+        else:
+            return
+        cache.watched = on
         _rehook()
-    weakref.finalize(cache, _gone, id(cache))
     _settle()
 
 
-def _gone(key):
-    """The cache of id ``key`` was finalized.  The garbage collector finalizes a cache
-    that dies in a reference cycle inside any allocation, also one made while this
-    thread holds the lock (registering another cache): so its key waits in ``_dead``
-    until the lock is free, and nothing waits for the lock here (it would hang)."""
+def _gone(key: int, _: Any = None) -> None:
+    """A watched cache was collected (its weak reference's callback), maybe inside an
+    allocation made while this thread holds the lock: the key waits in ``_dead`` until
+    the lock is free; nothing waits for the lock here (it would wait for itself)."""
     _dead.append(key)
     _settle()
 
 
-def _settle():
+def _settle() -> None:
     while _dead and _lock.acquire(blocking=False):
         try:
             _rehook()
@@ -475,8 +555,8 @@ def _settle():
             _lock.release()
 
 
-def _rehook():
-    """(The lock held.)  Take the finalized caches out, and hook the others."""
+def _rehook() -> None:
+    """(The lock held.)  Take the collected caches out, and hook the others."""
     while True:
         while _dead:
             key = _dead.pop()

@@ -33,11 +33,22 @@ from typing import Any
 
 
 class Heuristic:
-    """A named score: ``Heuristic("name", score)`` with ``score(value, now) -> float``."""
+    """A named score: ``Heuristic("name", score)`` with ``score(value, now) -> float``.
 
-    def __init__(self, name: str, score: Callable[[Any, int], float]) -> None:
+    ``scores(values, now) -> list`` scores many at once (the tape scores a sample of
+    candidates per eviction); by default it calls ``score`` on each, and the ones
+    shipped here compute it in one comprehension, which is several times faster.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        score: Callable[[Any, int], float],
+        scores: Callable[[list, int], list] | None = None,
+    ) -> None:
         self.name = name
         self.score = score
+        self.scores = scores or (lambda values, now: [score(v, now) for v in values])
 
     def __call__(self, value: Any, now: int) -> float:
         return self.score(value, now)
@@ -50,15 +61,21 @@ def _staleness(value, now):
     return now - value.last + 1
 
 
-h_dtr = Heuristic("h_dtr", lambda v, now: v.cost / (max(v.size, 1) * _staleness(v, now)))
+h_dtr = Heuristic(
+    "h_dtr",
+    lambda v, now: v.cost / (max(v.size, 1) * _staleness(v, now)),
+    lambda vs, now: [v.cost / ((v.size or 1) * (now - v.last + 1)) for v in vs],
+)
 h_dtr_eq = Heuristic(
     "h_dtr_eq",
     lambda v, now: (
         (v.cost + v.evicted_neighbourhood_cost()) / (max(v.size, 1) * _staleness(v, now))
     ),
 )
-lru = Heuristic("lru", lambda v, now: v.last)
-largest_first = Heuristic("largest_first", lambda v, now: -v.size)
+lru = Heuristic("lru", lambda v, now: v.last, lambda vs, now: [v.last for v in vs])
+largest_first = Heuristic(
+    "largest_first", lambda v, now: -v.size, lambda vs, now: [-v.size for v in vs]
+)
 
 HEURISTICS = {h.name: h for h in (h_dtr, h_dtr_eq, lru, largest_first)}
 """name -> Heuristic: those ``rm.graph.DTR(heuristic=name)`` accepts by name."""

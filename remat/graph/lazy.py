@@ -1,36 +1,36 @@
 """What a DTR tape notes per op before its budget is approached, and the build that follows.
 
 A DTR tape whose budget is never reached should cost about what a plain tape costs
-(issue 26 asks at most 5% more).  Building the eager tables per op (a
-:class:`~remat.graph.value.Value` with its slots, readers and heuristic fields, a
-resident table, a count of holders per buffer) cost about 10 us an op, 40% of a
-1000-op chain of ``sin``.  So until what an op saves would pass ``m``,
-:class:`Pending` notes per op only what cannot be learnt later:
+(issue 26 asks at most 5% more: on a chain of ``sin`` on 1000 floats, about 1 us an
+op).  Building the eager tables per op (a :class:`~remat.graph.value.Value` with its
+slots, readers and heuristic fields, a resident table, a count of holders per
+buffer) cost about 10 us an op.  So until what an op saves would pass ``m``,
+:class:`Pending` notes per op only what its record does not keep:
 
 * what runs the op again: the record, its forward keywords, and per input the
   record of this tape that made it (checked to be the array read) or the array
-  itself (a constant, held as a recipe holds it, or a leaf's); a weak reference to
-  the output and its dtype (for the replay check's shape and dtype);
-* the op's time (one clock read) and the clock's tick: the heuristics read them;
+  itself (a constant, held as a recipe holds it, or a leaf's); of the output, its
+  id (the check above: an array alive has an id no other has) and its dtype;
+* when the op ended (one clock read: an op's cost is the time since the op before);
 * the fingerprints of the constants it read while something was handed out
   (:mod:`remat.guard`): they must be taken before user code can change them;
 * the byte count, exact by the eager rules (by buffer, each once, a leaf's buffer
-  uncounted, a constant a recipe holds counted), with the peak: ``owned`` maps each
-  buffer counted to a weak reference, so the count holds nothing alive, and a
-  buffer freed whose id is reused is seen as new.  A reverse sweep may release
-  records: the ``before_vjp`` hook only notes which noted records it reached, and
-  the next op, if one of them was released, counts again what the records still
-  alive save (:meth:`Pending.recount`; a sweep that retains the graph costs none).
+  uncounted, a constant a recipe holds counted), with the peak: ``owned`` holds
+  the id of each buffer counted (each alive: a record or note holds it, until a
+  reverse sweep releases the record).  The first ``before_vjp`` call of a sweep
+  that reaches a noted record marks the count stale and stops the calls; the next
+  op counts again what the records still alive save (:meth:`Pending.recount`).
 
 Deferred, to :func:`build`, run at the first op whose saved arrays would pass ``m``
 (the one point where eviction may be needed; the count is exact, so no margin is
-kept): the Values, the slots each array is saved in, the readers (``h_dtr_eq``), the
-resident table the heuristics score, the holder counts; then the tape runs eagerly
-(:class:`~remat.graph.dtr.Cache`) for good.  Nothing of the replay check is
-deferred: a value is fingerprinted when it is evicted, before its array is
-dropped (as before), and its recomputation is checked against that fingerprint
-(shape and dtype always).  Staleness differs from an eager tape's in one way: a
-reverse sweep run while the tape was lazy ticks no clock.
+kept): the Values (each array found where a record saves it; a value no record
+saves is known by its id until an op reads it), the slots, the readers
+(``h_dtr_eq``), the resident table the heuristics score, the holder counts, the
+costs and clock ticks; then the tape runs eagerly (:class:`~remat.graph.dtr.Cache`)
+for good.  Nothing of the replay check is deferred: a value is fingerprinted when
+it is evicted, before its array is dropped, and its recomputation is checked
+against that fingerprint (shape and dtype always).  Staleness differs from an
+eager tape's in one way: a reverse sweep run while the tape was lazy ticks no clock.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ import weakref
 from typing import Any
 
 from .. import backend, guard
+from ..core.tape import next_sequence
+from ..guard import REBOUND
 from ..tape import Leaf, Record
 from .value import Value
 
@@ -50,9 +52,8 @@ _clock, _weak, _is_array, _owner = (
     backend.memory_owner,
 )
 
-PRUNE_AT = 1024
-"""Notes of released records are dropped when the notes double past this many (so a
-tape that records many forward and backward passes keeps no constant of a past one)."""
+LEAF = -1
+"""What ``Pending.owned`` maps a leaf's buffer to (it is not counted)."""
 
 
 class Pending:
@@ -60,92 +61,98 @@ class Pending:
 
     def __init__(self) -> None:
         self.notes: dict[int, tuple] = {}  # id(record) -> note, in the order recorded
-        self.owned: dict[int, Any] = {}  # id(buffer) -> a weak reference to the buffer
-        self.swept: dict[int, Record] = {}  # the noted records a sweep has reached since
-        self.prune_at = PRUNE_AT
+        # id of each buffer counted (alive until a sweep) -> id of the record that
+        # first held it; leaves' buffers (not counted) -> LEAF
+        self.owned: dict[int, int] = {}
+        # a sweep has reached a noted record since the count was taken: count again
+        # (and be watched by before_vjp again) at the next op; first, be watched
+        self.swept = True
+        self.since = next_sequence()  # a value rebound after this: check each input
+        self.pruned = 0  # notes dropped: with the notes kept, the ops recorded
 
     def record(self, cache: Any, record: Record, datas: Any, kwargs: Any, out: Any) -> bool:
         """Note ``record``; False (noting nothing) when what it saves would pass the
         budget: the tape must then build its tables and evict."""
         now = _clock()
-        if self.swept:  # a sweep reached noted records: if it released one, count again
-            if any(r.parents is None for r in self.swept.values()):
-                self.recount(cache)
-            self.swept.clear()
-        notes, args, parents = self.notes, record.args, record.parents
-        if len(parents) == 1:  # the common case, unrolled: an op of one value of this tape
-            node = parents[0]
+        if self.swept:  # a sweep reached noted records: it may have released some
+            self.recount(cache)
+        notes, parents = self.notes, record.parents
+        if len(parents) == 1 and REBOUND[0] < self.since:  # the common case, unrolled:
+            node = parents[0]  # one input, made by an op of this tape
             note = notes.get(id(node))
-            if note is not None and note[3]() is datas[0] and node.parents is not None:
-                inputs, consts = (node,), ()
-                held = [] if args[0] is None else [args[0]]
+            if note is not None and note[3] == id(datas[0]) and node.parents is not None:
+                inputs, consts = parents, ()
+                checks = guard.checks(datas) if guard.WATCHED else None  # (a value's .data)
+                held: Any = (record.args[0], record.ans)
             else:
-                inputs, consts, held = self._resolve(cache, parents, datas, args)
+                inputs, consts, checks, held = self._resolve(cache, record, datas)
         else:
-            inputs, consts, held = self._resolve(cache, parents, datas, args)
-        if record.ans is not None:
-            held.append(record.ans)
-        if held:  # count the buffers not counted yet (undone if they do not fit)
-            owned, leaves, adding, keys = self.owned, cache.leaves, 0, []
-            for a in held:
-                o = a if a.base is None else _owner(a)
-                k = id(o)
-                r = owned.get(k)
-                if (r is None or r() is not o) and k not in leaves:
-                    owned[k] = _weak(o)
-                    adding += o.nbytes
-                    keys.append(k)
-            if adding:
-                total = cache.bytes + adding
-                if total > cache.limit:
-                    for k in keys:
-                        del owned[k]
-                    return False
-                cache.bytes = total
-                if total > cache.stats.peak_bytes:
-                    cache.stats.peak_bytes = total
-        checks = None
-        if guard.WATCHED:  # fingerprints of what it read that user code may change
-            checks = guard.checks(datas)
-        cache.clock = tick = cache.clock + 1
-        notes[id(record)] = (
-            record, kwargs, inputs, _weak(out), out.dtype, now - cache.time, tick, checks,
-            consts,
-        )  # fmt: skip
-        cache.time = now
-        cache.stats.ops += 1
-        if len(notes) > self.prune_at:
-            self.prune()
+            inputs, consts, checks, held = self._resolve(cache, record, datas)
+        owned, mark, adding = self.owned, id(record), 0
+        for a in held:  # count the buffers not counted yet (leaves' are in owned)
+            if a is None:
+                continue
+            o = a if a.base is None else _owner(a)
+            k = id(o)
+            if k not in owned:
+                owned[k] = mark
+                adding += o.nbytes
+        if adding:
+            total = cache.bytes + adding
+            if total > cache.limit:  # undo: the tape builds its tables and evicts
+                for k in [k for k, m in owned.items() if m == mark]:
+                    del owned[k]
+                return False
+            cache.bytes = total
+            stats = cache._stats
+            if total > stats.peak_bytes:
+                stats.peak_bytes = total
+        notes[mark] = (record, kwargs, inputs, id(out), out.dtype, now, checks, consts)
         return True
 
-    def _resolve(self, cache: Any, parents: Any, datas: Any, args: Any) -> tuple:
+    def _resolve(self, cache: Any, record: Record, datas: Any) -> tuple:
         """Per input: its record if a value of this tape made it (read as it was made),
-        else the array or number itself; the arrays held as constants; what is held."""
-        notes, inputs, held = self.notes, [], []
+        else the array or number itself; the arrays held as constants and their
+        fingerprints (when something was handed out); the arrays its record holds."""
+        notes, args, inputs, held = self.notes, record.args, [], [record.ans]
         consts: tuple = ()
-        for i, node in enumerate(parents):
+        careful = REBOUND[0] >= self.since  # a tensor got a new value: its node's output?
+        for i, node in enumerate(record.parents):
             d = datas[i]
             if node is not None:
                 note = notes.get(id(node))
-                if note is not None and note[3]() is d and node.parents is not None:
+                if (
+                    note is not None
+                    and note[3] == id(d)
+                    and node.parents is not None
+                    and not (careful and getattr(node, "rebound", -1) >= 0)
+                ):
                     inputs.append(node)  # a value of this tape: its record remakes it
-                    if args[i] is not None:
-                        held.append(args[i])
+                    held.append(args[i])
                     continue
             inputs.append(d)
             if _is_array(d):
                 if isinstance(node, Leaf):
-                    cache.leaf(d if d.base is None else _owner(d))
+                    o = d if d.base is None else _owner(d)
+                    cache.leaf(o)
+                    self.owned[id(o)] = LEAF
                 else:
                     consts += (d,)
                     held.append(d)
-        return tuple(inputs), consts, held
+        checks = None
+        if guard.WATCHED:  # fingerprints of what it read that user code may change
+            checks = guard.checks(datas)
+        return tuple(inputs), consts, checks, held
 
     def recount(self, cache: Any) -> None:
         """Count again, exactly, what the records still alive save (a reverse sweep
-        released some): each buffer once, a leaf's not."""
+        reached some, and may have released them): each buffer once, a leaf's not.
+        The sweeps to come are watched again."""
+        self.swept = False
+        cache.watch()
         self.prune()
-        owned, leaves, total = {}, cache.leaves, 0
+        owned = dict.fromkeys(cache.leaves, LEAF)
+        total = 0
         for record, _, inputs, *_, consts in self.notes.values():
             held = [*consts, *(a for a, u in zip(record.args, inputs) if type(u) is Record)]
             held.append(record.ans)
@@ -153,36 +160,58 @@ class Pending:
                 if a is None:
                     continue
                 o = a if a.base is None else backend.memory_owner(a)
-                if id(o) not in owned and id(o) not in leaves:
-                    owned[id(o)] = weakref.ref(o)
+                if id(o) not in owned:
+                    owned[id(o)] = id(record)
                     total += o.nbytes
         self.owned = owned
         cache.bytes = total
 
     def prune(self) -> None:
         """Drop the notes of records backward has released (their constants with them)."""
-        self.notes = {k: n for k, n in self.notes.items() if n[0].parents is not None}
-        self.prune_at = max(PRUNE_AT, 2 * len(self.notes))
+        kept = {k: n for k, n in self.notes.items() if n[0].parents is not None}
+        self.pruned += len(self.notes) - len(kept)
+        self.notes = kept
+
+    @property
+    def ops(self) -> int:
+        """The ops noted so far (``tape.stats.ops`` while lazy)."""
+        return self.pruned + len(self.notes)
 
 
 def build(cache: Any, pending: Pending) -> None:
     """Make ``cache``'s tables (Values, slots, readers, resident values, the count
-    by the eager rules) from ``pending``'s notes, as if each op had been recorded
-    eagerly; released records give pinned Values (what read them cannot be remade)."""
+    by the eager rules, the clock) from ``pending``'s notes, as if each op had been
+    recorded eagerly; released records give pinned Values (what read them cannot be
+    remade).  An op's cost is the time from the note before it (or the tape's start)."""
     made: dict[int, Value] = {}
     cache.bytes = 0  # counted again below, by the eager rules
-    for record, kwargs, inputs, ref, dtype, cost, tick, checks, consts in pending.notes.values():
+    tick = pending.pruned  # a tick per op, as eagerly
+    before = cache.time
+    for record, kwargs, inputs, oid, dtype, now, checks, consts in pending.notes.values():
         ins = tuple(_source(made, u) if type(u) is Record else u for u in inputs)
-        v = Value(record, kwargs, ins, ref, dtype, cost, tick)
+        ans = record.ans  # its array, if its record saves it (else a reader may, below)
+        tick += 1
+        ref = _UNSEEN if ans is None else _weak(ans)
+        v = Value(record, kwargs, ins, ref, dtype, now - before, tick)
+        before, v.oid = now, oid
         made[id(record)] = v
         if record.parents is None:  # released by a backward run while lazy
             v.pin()
             continue
         v.checks, v.consts = checks, consts
+        for u, a in zip(ins, record.args):  # the arrays of its inputs it saves
+            if a is not None and type(u) is Value and u.ref() is None:
+                u.seen(a)
         held = list(consts)
         v.link(cache, held)
         for a in held:
             cache.hold(a)
+    cache.clock, cache.time, cache._stats.ops = tick, before, pending.ops
+
+
+def _UNSEEN() -> None:
+    """The weak reference of a value whose array no record saves: not known (its
+    note kept only its id); :meth:`Value.seen` sets it if an op reads the array."""
 
 
 def _source(made: dict, record: Record) -> Any:
@@ -190,7 +219,7 @@ def _source(made: dict, record: Record) -> Any:
     whose note was pruned: backward released it, nothing can remake its output."""
     v = made.get(id(record))
     if v is None:
-        v = Value(record, None, (), lambda: None, None, 0.0, 0)
+        v = Value(record, None, (), _UNSEEN, None, 0.0, 0)
         v.pin()
         made[id(record)] = v
     return v

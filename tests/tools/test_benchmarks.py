@@ -57,7 +57,10 @@ HEADERS = {
         "| steps | exact s (CPU) | ns per step^3 |",
         "| costs | steps | budget | 5 steps a block, even | 5 a block, at small states |",
     ],
-    "dtr": ["| tape | ms | vs store-all | recomputed ops | evictions | peak / store-all |"],
+    "dtr": [
+        "| tape | ms | vs store-all | recomputing | bookkeeping | recomputed ops | evictions | "
+        "peak / store-all |"
+    ],
     "transformer": [
         "| contender | s (fwd+bwd) | time ratio | peak RSS MiB | memory ratio (RSS) |",
         "| schedule | forward_steps | tape.stats.peak_bytes MiB | tracemalloc MiB |",
