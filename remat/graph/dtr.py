@@ -299,7 +299,7 @@ class Cache:
             if queue and self.clock - self.queued_at <= REUSE:
                 while queue:
                     v = queue.pop()
-                    if resident.get(id(v)) is v and self._freeable(v):
+                    if resident.get(id(v)) is v and self._freeable(v) is not None:
                         return v
             drawn, self.draws = self.drawn, self.draws - 1
             if self.draws < 0 or not drawn:
@@ -314,11 +314,14 @@ class Cache:
         ranked = self._ranked(list(resident.values())) if n else []
         return ranked[0] if ranked else None
 
-    def _freeable(self, v: Value) -> bool:
-        """Whether dropping ``v``'s slots frees its array (nothing else holds it)."""
+    def _freeable(self, v: Value) -> Any:
+        """v's array if dropping its slots frees it (nothing else holds it), else None."""
         a = v.ref()
-        # its references: its slots, the count's entry if it owns its buffer, `a`, the call's
-        return a is not None and sys.getrefcount(a) == len(v.slots) + (a.base is None) + 2
+        if a is None:
+            return None
+        # references: its slots, the count's entry if it owns its buffer, `a`, the call's
+        expected = len(v.slots) + (a.base is None) + 2
+        return a if sys.getrefcount(a) == expected else None
 
     def _ranked(self, pool: list) -> list:
         """The freeable values of ``pool``, lowest score first (equals in pool order)."""
