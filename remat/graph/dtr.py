@@ -5,9 +5,10 @@ recorded inside the tape records as usual; the tape notes, beside the record,
 how to make its output again (the op, its forward keywords and where each
 input came from: another record of this tape, or an array it keeps).  When
 the bytes saved would pass ``m``, the tape *evicts* saved values, lowest
-heuristic score first (:mod:`remat.graph.heuristics`), until they fit.  The
-reverse sweep (and the recomputation of another value) that needs an evicted
-value recomputes it from its inputs, recursively, and puts it back.
+heuristic score first (:mod:`remat.graph.heuristics`; of a sample,
+:mod:`remat.graph.choice`), until they fit.  The reverse sweep (and the
+recomputation of another value) that needs an evicted value recomputes it from
+its inputs, recursively, and puts it back.
 
 What eviction frees.  A value lives in its :class:`Value`'s *slots*: the
 ``ans`` of the record that made it and the ``args`` of the records that read
@@ -62,7 +63,6 @@ from __future__ import annotations
 
 import functools
 import random
-import sys
 import threading
 import time
 import weakref
@@ -74,18 +74,11 @@ from ..core import tape as core_tape
 from ..executor import ReplayError
 from ..guard import REBOUND
 from ..tape import OPEN_TAPE, BackwardError, Leaf, Record
+from .choice import Choice
 from .heuristics import Heuristic
 from .lazy import Pending, build
 from .options import DTR, DTRStats, refuse
 from .value import Value
-
-SAMPLE = 32
-"""Candidates scored per sample: all of them up to this many, else this many drawn at
-random (with replacement; the paper samples about sqrt(n)); a full scan follows when no
-value drawn can be freed."""
-
-REUSE = 3
-"""How many of a sample's next lowest values the next evictions take (see Cache._choose)."""
 
 
 def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
@@ -131,7 +124,7 @@ def _set_slot(record, i, value):
         record.args = (*args[:i], value, *args[i + 1 :])
 
 
-class Cache:
+class Cache(Choice):
     """The values one DTR tape saves, what they cost, and the byte count against ``limit``."""
 
     def __init__(self, limit: int, dtr: DTR, check_replay: bool | str = True) -> None:
@@ -283,66 +276,6 @@ class Cache:
             if v is None:
                 raise self._too_small(adding, record)
             self.evict(v)
-
-    def _choose(self) -> Value | None:
-        """The value to evict: of a sample of the resident ones (all when few), the
-        freeable one scored lowest; if none drawn is freeable, of all of them.
-
-        The sample is drawn from a list of the resident values taken now and then
-        (again once an eighth of them may have changed), not every time: copying
-        them all per eviction made a long program's evictions quadratic.  A value
-        drawn that is no longer resident is skipped; one made resident since is
-        not drawn until the list is taken again (the full scan sees it).  The next
-        :data:`REUSE` lowest of a sample are the next evictions' choices, while the
-        clock has moved as many ticks at most and they are still freeable: a
-        sample is then scored once per few evictions, not per eviction."""
-        self._drop_released()
-        resident = self.resident
-        n = len(resident)
-        if n > SAMPLE:
-            queue = self.queue
-            if queue and self.clock - self.queued_at <= REUSE:
-                while queue:
-                    v = queue.pop()
-                    if resident.get(id(v)) is v and self._freeable(v):
-                        return v
-            drawn, self.draws = self.drawn, self.draws - 1
-            if self.draws < 0 or not drawn:
-                drawn = self.drawn = list(resident.values())
-                self.draws = max(SAMPLE, n // 8)
-            draw, k = self.rng.random, len(drawn)
-            sample = [drawn[int(draw() * k)] for _ in range(SAMPLE)]
-            ranked = self._ranked([v for v in sample if resident.get(id(v)) is v])
-            if ranked:
-                self.queue, self.queued_at = ranked[REUSE:0:-1], self.clock
-                return ranked[0]
-        ranked = self._ranked(list(resident.values())) if n else []
-        return ranked[0] if ranked else None
-
-    def _freeable(self, v: Value) -> bool:
-        """Whether dropping ``v``'s slots frees its array (nothing else holds it)."""
-        a = v.ref()
-        # its references: its slots, the count's entry if it owns its buffer, `a`, the call's
-        return a is not None and sys.getrefcount(a) == len(v.slots) + (a.base is None) + 2
-
-    def _ranked(self, pool: list) -> list:
-        """The freeable values of ``pool``, lowest score first (equals in pool order)."""
-        refs = sys.getrefcount
-        # a freeable array's references: its slots, the count's entry if it owns its
-        # buffer, `a` and the call's: nothing else holds it
-        free = [
-            v
-            for v in pool
-            if (a := v.ref()) is not None and refs(a) == len(v.slots) + (a.base is None) + 2
-        ]
-        if len(free) < 2:
-            return free
-        h = self.heuristic
-        scores = h.scores(free, self.clock) if isinstance(h, Heuristic) else None
-        if scores is None:  # a callable score of the user's
-            score = getattr(h, "score", h)
-            scores = [score(v, self.clock) for v in free]
-        return [free[i] for i in sorted(range(len(free)), key=scores.__getitem__)]
 
     def evict(self, v: Value) -> None:
         """Drop ``v``'s array from its slots (each slot then holds ``v``, which remakes it)."""
