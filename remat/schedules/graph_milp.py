@@ -9,6 +9,7 @@ much smaller: its memory rows cover the candidates only.
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 from typing import Any
 
@@ -135,7 +136,7 @@ class Model:
     def solve(self, time_limit: float, gap: float) -> Any:
         """The MILP by HiGHS' branch and bound, within ``time_limit`` seconds."""
         sp = scipy_parts()
-        matrix, lo, hi = self._matrix()
+        matrix, lo, hi = self._matrix
         return sp.milp(
             self.cost,
             constraints=sp.LinearConstraint(matrix, lo, hi),
@@ -147,7 +148,7 @@ class Model:
     def relax(self, time_limit: float) -> Any:
         """The LP relaxation (no integrality) by HiGHS' dual simplex, within ``time_limit``."""
         sp = scipy_parts()
-        matrix, lo, hi = self._matrix()
+        matrix, lo, hi = self._matrix
         equal = [r for r in range(len(lo)) if lo[r] == hi[r]]
         upper = [r for r in range(len(lo)) if hi[r] < float("inf") and lo[r] != hi[r]]
         lower = [r for r in range(len(lo)) if lo[r] > -float("inf") and lo[r] != hi[r]]
@@ -162,7 +163,9 @@ class Model:
             options={"time_limit": max(time_limit, 0.1)},
         )
 
+    @functools.cached_property
     def _matrix(self) -> tuple[Any, list[float], list[float]]:
+        """The rows as a sparse matrix with their bounds (built once: MILP, then LP)."""
         coo_array = scipy_parts().coo_array
         rows, cols, vals, lo, hi = [], [], [], [], []
         for r, (coefficients, low, high) in enumerate(self.rows):
