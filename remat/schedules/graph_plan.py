@@ -172,6 +172,8 @@ def plan_graph(
     store_all = check(_store_all(graph), "store all")
     if store_all is not None:
         return store_all
+    if _least_peak(graph) > memory:  # a proof no model needs (the windowed one cannot give it)
+        raise ValueError(_infeasible(graph.T, memory))
     candidates = windows(graph, window)
     prefix = "" if candidates is None else "windowed "
     greedy = greedy_plan(graph, memory)
@@ -263,6 +265,17 @@ def _relaxation(model: Model, check: _Checker, time_limit: float) -> list[GraphP
 def _store_all(graph: OpGraph) -> Plan:
     keep = [{j for j in range(t + 1) if graph.useful(j, t)} for t in range(graph.T)]
     return [[t] for t in range(graph.T)], keep
+
+
+def _least_peak(graph: OpGraph) -> float:
+    """A bound below every plan's peak: an op, its parents and the outputs held before it."""
+    held: set[int] = set()
+    least: float = 0
+    for k in range(graph.T):
+        least = max(least, sum(graph.size[i] for i in held | {k, *graph.parents[k]}))
+        if k in graph.outputs:
+            held.add(k)
+    return least
 
 
 def _infeasible(ops: int, memory: float) -> str:

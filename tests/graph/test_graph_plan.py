@@ -271,6 +271,15 @@ def test_a_300_op_graph_gets_a_plan_in_a_short_time():
     assert simulate_graph(plan, graph, memory=memory).cost == plan.predicted_cost
 
 
+# bug: at 300 ops a budget no plan fits was reported as a timeout (GraphPlanTimeout)
+def test_a_budget_below_an_op_and_its_parents_is_refused_at_any_size():
+    graph = _chain_300()
+    least = max(a + b for a, b in itertools.pairwise(graph.bytes[1:151]))  # x_i, x_(i+1)
+    with pytest.raises(ValueError, match="no plan keeps the 300 ops"):
+        plan_graph(graph, least - 1)
+    assert plan_graph(graph, least, time_limit=1.0).predicted_peak_bytes <= least
+
+
 def test_a_300_op_graph_at_half_its_peak_gets_a_windowed_plan():
     graph = _chain_300()
     memory = 0.5 * plan_graph(graph, float("inf")).predicted_peak_bytes
