@@ -71,9 +71,11 @@ dropping first the values the relaxation holds least.  Of every plan found
 optimum.  :class:`GraphPlanTimeout` says when none was found (the greedy
 plan too meets a stage it cannot fit): the caller falls back to DTR, which
 needs no plan.  ``relaxed=True`` skips the MILP and gives the relaxation its
-time.  A budget that HiGHS proves infeasible for the full model raises
-a ValueError.  Every plan returned has been checked by
-:func:`~.graph_costs.simulate_graph`, which the solver does not use.
+time.  A budget below some op's bytes plus its parents' and the outputs held
+before it raises a ValueError at once, at any size, and so does one that
+HiGHS proves infeasible for the full model.  Every plan returned has been
+checked by :func:`~.graph_costs.simulate_graph`, which the solver does not
+use.
 
 Size and time.  The full model at 300 ops has 250 000 columns and 650 000
 rows; neither its MILP nor its LP (simplex or interior point) finishes in 30
