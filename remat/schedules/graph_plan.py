@@ -250,8 +250,10 @@ def _ancestors(graph: OpGraph, depth: int) -> list[list[int]]:
 def _relaxation(model: Model, check: _Checker, time_limit: float) -> list[GraphPlan | None]:
     """Plans from the LP relaxation: its roundings, and the heuristic it guides."""
     relaxation = model.relax(time_limit)
-    if relaxation.status == 2 and not model.windowed:
-        raise ValueError(_infeasible(model.T, check.memory))
+    if relaxation.status == 2:  # the full model's is a proof; the windows' says check.why
+        if not model.windowed:
+            raise ValueError(_infeasible(model.T, check.memory))
+        return []
     if relaxation.x is None:
         check.why = "the LP relaxation did not finish"
         return []
