@@ -10,7 +10,8 @@ ops between it and the op values or leaves it reads).  An op value's node:
 * reads the op values its recipe starts from (and, for a view, the op value
   owning its buffer: keeping a view keeps that buffer);
 * costs the op's measured time plus its recipe's (recomputing it runs them all:
-  the forward ran each once, which :attr:`Joint.forward` counts);
+  the forward ran each once, which :attr:`Joint.forward` counts), plus the tape's
+  work per op recomputed (evicting, recomputing: the run's ``overhead``);
 * holds its buffer's bytes, each buffer once (a view: 0), or, if more, the most
   bytes its recipe's values take at once while they are recomputed (DTR counts
   them then; they are gone before the op runs, whose inputs are released first).
@@ -87,7 +88,10 @@ def joint(run: Run) -> Joint:
     parents, compute, size, names = [], [], [], []
     for k in ops:
         parents.append(tuple(sorted(reading(starts[k]))))
-        compute.append(run.cost[k] + sum(run.cost[j] for j in recipe[k]))
+        evaluations = 1 + len(recipe[k])
+        compute.append(
+            run.cost[k] + sum(run.cost[j] for j in recipe[k]) + run.overhead * evaluations
+        )
         own = 0 if owner[k] in charged else run.bytes[owner[k]]
         size.append(max(own, _holding(run, owner, sorted(recipe[k]), k)))
         charged.add(owner[k])

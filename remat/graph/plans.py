@@ -66,15 +66,22 @@ class Entry:
 
     def _prepare(self, plan: GraphPlan) -> None:
         ops, parents, n = self.joint.ops, self.joint.graph.parents, len(self.joint.ops)
+        again = {}  # a value recomputed by a forward stage -> the last such stage: user code
+        for t in range(n):  # holds it until then (the tape runs no forward recomputation)
+            for i in plan.compute[t][:-1]:
+                again[i] = t
         held: frozenset[int] = frozenset()
         for t, (run, keep) in enumerate(zip(plan.compute, plan.keep)):
-            self.drops.append(tuple(ops[i] for i in {*held, *run} - keep if i < n))
+            gone = {*held, *run} - keep
+            self.drops.append(tuple(ops[i] for i in gone if i < n and again.get(i, -1) <= t))
             steps = []
             if t >= n:
                 for position, i in enumerate(run[:-1]):
+                    if i >= n:  # a cotangent: the sweep holds it until it is read
+                        continue
                     later = {j for c in run[position + 1 :] for j in parents[c]}
-                    gone = [ops[j] for j in (*parents[i], i) if j not in keep and j not in later]
-                    steps.append((ops[i], tuple(gone)))
+                    freed = [ops[j] for j in (*parents[i], i) if j < n and j not in keep | later]
+                    steps.append((ops[i], tuple(freed)))
             self.steps.append(tuple(steps))
             held = keep
         for c in range(n - 1):  # a forward stage's drops: at the next op's record
