@@ -162,25 +162,29 @@ class PlannedCache(Cache):
         super().record(record, datas, kwargs, out)
         v = self.values[id(record)]
         signature = run.add(v, out, self.leaves, self._owner)
-        if entry is not None:
-            self._check(entry, t, signature, v)
+        if entry is not None and self._check(entry, t, signature, v):
+            c = entry.joint.node.get(t)
+            if c is not None:  # what the plan recomputes here to keep
+                self._follow(entry.steps[c])
         self.time = now = time.perf_counter()  # the next op's time starts here
         mark, spent = self.mark  # this op's time, with the tape's work for it, less evicting
         run.cost[t] = now - mark - (self.spent - spent)
         self.mark = (now, self.spent)
 
-    def _check(self, entry: Entry, t: int, signature: tuple, v: Value) -> None:
-        """Fall back if op ``t`` is not the plan's."""
-        if t >= len(entry.signature) or signature != entry.signature[t]:
-            planned = (
-                f"`{entry.signature[t][0]}` {entry.signature[t][1]}"
-                if t < len(entry.signature)
-                else f"no op (its graph has {len(entry.signature)})"
-            )
-            self._fall_back(
-                f"at step {t} the run recorded `{v.op.name}` {v.shape} where the "
-                f"plan has {planned}, or an input or keyword differs: the program changed"
-            )
+    def _check(self, entry: Entry, t: int, signature: tuple, v: Value) -> bool:
+        """Whether op ``t`` is the plan's; if not, fall back."""
+        if t < len(entry.signature) and signature == entry.signature[t]:
+            return True
+        planned = (
+            f"`{entry.signature[t][0]}` {entry.signature[t][1]}"
+            if t < len(entry.signature)
+            else f"no op (its graph has {len(entry.signature)})"
+        )
+        self._fall_back(
+            f"at step {t} the run recorded `{v.op.name}` {v.shape} where the "
+            f"plan has {planned}, or an input or keyword differs: the program changed"
+        )
+        return False
 
     def before_vjp(self, record: Record) -> None:
         """VJP stage: time the last VJP, follow the plan, put back what the VJP reads."""
@@ -235,8 +239,7 @@ class PlannedCache(Cache):
 
     def _stage(self, entry: Entry, k: int, record: Record) -> None:
         run, n = self.run, len(entry.signature)
-        i = len(run.order) - 1  # the i-th VJP: stage t of the plan
-        t = len(entry.joint.ops) + i
+        i = len(run.order) - 1  # the i-th VJP, in stage t of the plan
         if len(run.values) != n or i >= len(entry.order) or entry.order[i] != k:
             expected = f"op {entry.order[i]}'s" if i < len(entry.order) else "no"
             self._fall_back(
@@ -244,18 +247,26 @@ class PlannedCache(Cache):
                 f"{len(run.values)}), where the plan of {n} ops has {expected} VJP"
             )
             return
+        t = entry.joint.stage[i]
+        if i and entry.joint.stage[i - 1] == t:  # the stage began with a VJP before this one
+            return
         prev = self.reversing  # the record reversed last is released: its saves uncounted
         if prev is not None and prev.record.parents is None:
             self._release_record(prev)
             self.reversing = None
         self._drop(entry.drops[t - 1])
-        for j, gone in entry.steps[t]:  # as the plan computes them: each from what is held
-            v = run.values[j]
+        self._follow(entry.steps[t])
+
+    def _follow(self, steps: tuple[tuple[int, tuple[int, ...]], ...]) -> None:
+        """Compute the values of a stage as the plan does, each from what is held, and
+        evict each value once the stage has read it for the last time."""
+        for j, gone in steps:
+            v = self.run.values[j]
             if v.pinned:  # reversed already: no later VJP reads it (a plan may hold it still)
                 self._drop(gone)
                 continue
             a = self.materialize(v)
-            if not v.slots:  # the records that save it were reversed: the tape holds it
+            if not v.slots:  # no record saves it now (or yet): the tape holds it
                 self._keep(v, a)
             self._drop(gone)
 

@@ -95,13 +95,23 @@ def same(grads, expected):
 
 
 def executed_recomputations(stats):
-    """The op values the plan recomputes before VJPs, counted from the plan itself (every
-    value of ``chain`` is saved: each is one op evaluation)."""
+    """The op values a run under the plan recomputes, counted from the plan itself (every
+    value of ``chain`` is saved: each is one op evaluation): a VJP stage's, and what a
+    forward stage recomputes to keep, with what that is made from in the stage (user
+    code gives an op its inputs)."""
     graph, plan = stats.graph, stats.plan
     forward = graph.nodes - sum(1 for name in stats.names if name.startswith("vjp "))
-    return sum(
-        sum(1 for i in plan.compute[t][:-1] if i < forward) for t in range(forward, graph.nodes)
-    )
+    count = 0
+    for t, (run, keep) in enumerate(zip(plan.compute, plan.keep)):
+        again = [i for i in run[:-1] if i < forward]
+        if t < forward:
+            needed = {i for i in again if i in keep}
+            for i in reversed(again):
+                if i in needed:
+                    needed.update(graph.parents[i])
+            again = [i for i in again if i in needed]
+        count += len(again)
+    return count
 
 
 def test_a_chain_is_recorded_then_run_under_its_plan_then_the_plan_is_reused(monkeypatch):
