@@ -297,7 +297,7 @@ class PlannedCache(Cache):
                 if id(v) in self.kept:
                     self._unkeep(v)
                 elif id(v) in self.resident:
-                    if self._freeable(v) is None:
+                    if not self._freeable(v):
                         continue  # user code (or the op running) holds it: later
                     self.evict(v)
                 elif forward and not v.evicted and not v.pinned:
