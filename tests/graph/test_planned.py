@@ -156,7 +156,7 @@ def test_a_skip_connection_at_a_third_of_its_memory():
     s = tape.stats
     assert s.peak_bytes <= budget
     assert s.planned or s.fallback  # a plan followed, or DTR and why
-    if s.planned:
+    if s.planned and not s.departures:  # (DTR may have had to step in: it says so)
         assert s.recomputed_ops == s.predicted_recomputed_ops
 
 
