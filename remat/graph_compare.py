@@ -117,6 +117,7 @@ def budget_bytes(budget: float | int | str, saved_bytes: int) -> int:
     >>> budget_bytes(0.5, 1000), budget_bytes("1 KiB", 1000), budget_bytes(3000, 1000)
     (500, 1024, 3000)
     """
+    given = budget
     if isinstance(budget, str):
         text = budget
         try:
@@ -129,11 +130,11 @@ def budget_bytes(budget: float | int | str, saved_bytes: int) -> int:
     share = isinstance(budget, float | int) and not isinstance(budget, bool) and 0 < budget <= 1
     if not share:
         raise ValueError(
-            f"budget {budget!r} is out of range: give a fraction in (0, 1] of store-all's "
+            f"budget {given!r} is out of range: give a fraction in (0, 1] of store-all's "
             f"{saved_bytes} saved bytes, or a whole number of bytes above 1"
         )
     if math.floor(budget * saved_bytes) < 1:
-        raise ValueError(f"budget {budget!r} of store-all's {saved_bytes} bytes is under 1 byte")
+        raise ValueError(f"budget {given!r} of store-all's {saved_bytes} bytes is under 1 byte")
     return math.floor(budget * saved_bytes)
 
 
