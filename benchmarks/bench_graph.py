@@ -192,16 +192,13 @@ def bench(name, quick, repeats):
 
 def run(quick=False):
     repeats = 1 if quick else 7
-    parts = [
-        "## graph (`python -m benchmarks graph`)\n",
-        environment(),
-        "",
+    how = (
         f"Time: median of {repeats} runs of forward + backward, every method interleaved "
         "in one run; traced: tracemalloc peak of one more run; tape peak: "
         "`tape.stats.peak_bytes` (store-all: the bytes it saves); budgets: shares of "
-        f"store-all's saved bytes; DTR in the targets: `{DTR}`.",
-        "",
-    ]
+        f"store-all's saved bytes; DTR in the targets: `{DTR}`."
+    )
+    parts = ["## graph (`python -m benchmarks graph`)\n", environment(), "", how, ""]
     targets = []
     for name in WORKLOADS:
         text, rows = bench(name, quick, repeats)
