@@ -99,10 +99,11 @@ def compare_graph_workload(args, out):
     public = [{key: getattr(row, key) for key in PUBLIC} for row in rows]
     saved = rows[0].tape_peak_bytes
     if args.format == "json":
+        heading = compare_heading(args, workload.description)
+        del heading["steps"]  # a graph has no steps
         write_json(
             dict(
-                **compare_heading(args, workload.description),
-                graph=args.graph,
+                **{**heading, "workload": args.graph},
                 size=args.size,
                 store_all_saved_bytes=saved,
                 method=(

@@ -29,7 +29,7 @@ def test_compare_graph_json_carries_every_row(capsys):
     argv = [*TINY, "--methods", "store_all,dtr:lru", "--budgets", "0.5", "--format", "json"]
     assert cli.main(argv) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["ok"] and document["graph"] == "unet" and document["size"] == 2
+    assert document["ok"] and document["workload"] == "unet" and document["size"] == 2
     (store_all, lru) = document["rows"]
     assert store_all["method"] == "store_all" and store_all["tape_peak_bytes"] == 458752
     assert lru["budget"] == 458752 // 2 and lru["tape_peak_bytes"] <= lru["budget"]
