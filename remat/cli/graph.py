@@ -209,6 +209,16 @@ def graph_figure(rows, title):
                 color=colors[method],
                 label=method,
             )
+        planned = [r for r in shown if r.predicted_seconds and getattr(r, key) is not None]
+        if planned:  # the optimal plan's prediction beside its measured time
+            base = shown[0].seconds  # store-all's
+            ax.plot(
+                [getattr(r, key) / MiB for r in planned],
+                [r.predicted_seconds / base for r in planned],
+                "x--",
+                color=colors["optimal"],
+                label="optimal, predicted",
+            )
         ax.axhline(1.0, color="gray", lw=0.8, ls=":")
         ax.set_xlabel(what)
     axes[0].set_ylabel("time over store-all's (median of the runs)")

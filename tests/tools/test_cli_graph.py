@@ -100,3 +100,24 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, capsys, tmp_path):
         cli.main([*TINY, "--plot", str(tmp_path / "x.png")])
     assert exit.value.code == 2
     assert "--plot needs matplotlib: pip install 'remat[plot]'" in capsys.readouterr().err
+
+
+def test_the_figure_draws_the_optimal_plans_prediction_beside_its_time():
+    pytest.importorskip("matplotlib", reason="the figure needs matplotlib")
+    from remat.cli.graph import graph_figure
+
+    row = gc.GraphRow
+    rows = [
+        row("store_all", None, None, seconds=0.01, time_ratio=1.0, tape_peak_bytes=2**20,
+            traced_peak_bytes=2**21),
+        row("optimal", 2**19, 0.5, seconds=0.012, time_ratio=1.2, tape_peak_bytes=2**19,
+            traced_peak_bytes=2**20, predicted_seconds=0.011),
+        row("dtr:lru", 2**19, 0.5, available=False, reason="MemoryError: too tight"),
+    ]  # fmt: skip
+    counted, traced = graph_figure(rows, "title").axes
+    lines = {line.get_label(): line for line in counted.get_lines()}
+    assert set(lines) >= {"store_all", "optimal", "optimal, predicted"} and "dtr:lru" not in lines
+    assert list(lines["optimal, predicted"].get_xdata()) == [0.5]
+    assert list(lines["optimal, predicted"].get_ydata()) == pytest.approx([1.1])
+    assert list(lines["optimal"].get_ydata()) == [1.2]
+    assert [line.get_xdata()[0] for line in traced.get_lines()[:2]] == [2.0, 1.0]
