@@ -69,6 +69,8 @@ def test_compare_graph_fails_when_a_gradient_differs(monkeypatch, capsys):
         (["--graph", "unet", "--budgets", "0"], "budget '0' is out of range"),
         (["--graph", "unet", "--budgets", "1.5"], "a fraction in (0, 1]"),
         (["--graph", "unet", "--budgets", "3 parsecs"], "is not a size"),
+        # a negative size was read as an option ("expected at least one argument")
+        (["--graph", "unet", "--budgets", "-3MiB"], "at least 1 byte, got '-3MiB'"),
         (["--graph", "unet", "--steps", "3"], "drop --steps"),
         (["--graph", "unet", "--workload", "rnn"], "drop --workload"),
         (["--graph", "unet", "--size", "0"], "--size must be positive and finite"),
