@@ -76,6 +76,8 @@ def test_compare_graph_fails_when_a_gradient_differs(monkeypatch, capsys):
         (["--graph", "unet", "--size", "0"], "--size must be positive and finite"),
         (["--graph", "unet", "--methods", "dtr:fifo"], "--methods takes names from"),
         (["--size", "3"], "--size needs --graph"),
+        (["--time-limit", "3"], "--time-limit needs --graph"),
+        (["--graph", "unet", "--time-limit", "0"], "--time-limit must be positive and finite"),
         (["--budgets", "0.5"], "--budgets needs --memory or --graph"),
         (["--memory", "1MiB", "--budgets", "2", "3"], "--budgets with --memory is one count"),
         (["--memory", "1MiB", "--budgets", "0"], "--budgets must be between 1 and 100, got 0"),
