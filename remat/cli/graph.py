@@ -21,6 +21,7 @@ from ..units import binary_unit, format_bytes
 from .common import (
     MiB,
     compare_heading,
+    cost_option,
     environment,
     in_unit,
     names_option,
@@ -44,14 +45,12 @@ def graph_option(text):
 
 def positive_option(name):
     """An option's type: a positive finite number (an int if it is whole)."""
+    number = cost_option(name)
 
     def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"{name} must be positive and finite, got {text!r}")
+        value = number(text)
+        if value == 0:
+            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text!r}")
         return int(value) if value.is_integer() else value
 
     return parse
