@@ -170,8 +170,11 @@ def _table(rows, args, description, saved, failures, out):
             f"{_cell(row.solve_seconds, '.3f', 8)} {_cell(row.predicted_seconds, '.4f', 9)} "
             f"{'bit-identical' if row.bit_identical else 'DIFFER':>13}"
         )
+        notes = [f"plan: {row.plan_method}"] if row.plan_method else []
         if row.reason:
-            lines.append(f"{'':<24} note: {row.reason}")
+            notes.append(row.reason)
+        if notes:
+            lines.append(f"{'':<24} {'; '.join(notes)}")
     blas = os.environ.get("OPENBLAS_NUM_THREADS")
     lines += [
         "",
