@@ -80,8 +80,9 @@ class GraphRow:
     over store-all's median.  ``tape_peak_bytes``: the tape's own count (None
     for checkpoint, which has no such count); ``traced_peak_bytes``: tracemalloc
     peak of one forward + backward.  ``solve_seconds``, ``predicted_seconds``,
-    ``plan_method``: the optimal plan's, from its ``tape.stats``.
-    ``bit_identical``: every run's gradients equal store-all's exactly.
+    ``plan_method``: the optimal plan's, from its ``tape.stats``; ``plan_ops``: the ops of
+    the graph it planned, forward and backward.  ``bit_identical``: every run's gradients
+    equal store-all's exactly.
     """
 
     method: str
@@ -99,6 +100,7 @@ class GraphRow:
     solve_seconds: float | None = None
     predicted_seconds: float | None = None
     plan_method: str | None = None
+    plan_ops: int | None = None
     bit_identical: bool | None = None
     max_grad_diff: float | None = None
     loss: float | None = None
@@ -227,6 +229,7 @@ def _first_run(method: _Method, counted_base: int) -> None:
         row.solve_seconds = stats.solve_seconds
         row.predicted_seconds = stats.predicted_seconds
         row.plan_method = stats.method
+        row.plan_ops = None if stats.graph is None else len(stats.graph.ops)
 
 
 def _timed_rounds(methods: Sequence[_Method], repeats: int, reference: list[Any]) -> None:
