@@ -3,12 +3,16 @@
 A :class:`Run` notes, per op recorded (numbered in the order recorded): its
 signature (the op, its output's shape and dtype, where each input came from: an
 earlier op of this run, an array (shape, dtype), a number (its type); its
-keywords), its measured time (DTR's ``Value.cost``: from the previous op's record
-to this one's), the bytes of its output's buffer (0 for a view of an earlier op's
-buffer, whose owner the view's readers then also hold, and for a view of a
-leaf's or a constant's: not counted by the plan), the ops whose output its record
-saves, and the constants it read (counted by DTR from then on); then, in the
-reverse sweep, the order in which the records are reversed and each VJP's time.
+keywords), its measured time (from the end of the tape's work for the op before
+to the end of its own: the op, the Python code before it, the recording), the
+bytes of its output's buffer (0 for a view of an earlier op's buffer, whose owner
+the view's readers then also hold, and for a view of a leaf's or a constant's:
+not counted by the plan), the ops whose output its record saves, and the
+constants it read (counted by DTR from then on); then, in the reverse sweep, the
+order in which the records are reversed and each VJP's time (its stage's: the
+hook before it and the VJP, less what the hook spent recomputing).  An op's time
+excludes what DTR spent evicting while it recorded; what evicting and recomputing
+cost beyond the ops they ran, per op recomputed, is the run's ``overhead``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ def _key(value: Any) -> Any:
     """What a signature keeps of an input or keyword: shape and dtype of an array, the
     type of a number, the value of anything else small (an axis, a flag)."""
     if backend.is_array(value):
-        return ("array", value.shape, str(value.dtype))
+        return ("array", value.shape, value.dtype)
     if backend.is_number(value):
         return ("number", type(value).__name__)
     try:
@@ -51,6 +55,7 @@ class Run:
         self.fixed: dict[int, int] = {}  # id(buffer) -> bytes counted from its reader on
         self.order: list[int] = []  # the nodes reversed, in the sweep's order
         self.vjp: dict[int, float] = {}
+        self.overhead = 0.0  # seconds of the tape's work per op recomputed (evicting too)
         self.reachable = -1  # nodes the sweep will reverse (-1: not started)
         self.ended = False
 
@@ -64,7 +69,7 @@ class Run:
                 j = self.node.get(id(u))
                 if j is None:  # a value of an earlier run: a constant to this one
                     self.fixed[id(u)] = u.size
-                    sources.append(("earlier", u.shape, str(u.dtype)))
+                    sources.append(("earlier", u.shape, u.dtype))
                 else:
                     parents.append(j)
                     sources.append(("node", j))
@@ -73,19 +78,14 @@ class Run:
         for a in v.consts:
             o = owner(a)
             self.fixed[id(o)] = o.nbytes
-        kwargs = v.kwargs or {}
-        signature = (
-            v.op.name,
-            v.shape,
-            str(v.dtype),
-            tuple(sources),
-            tuple(sorted((name, _key(x)) for name, x in kwargs.items())),
-        )
+        kwargs = v.kwargs
+        keywords = tuple(sorted((name, _key(x)) for name, x in kwargs.items())) if kwargs else ()
+        signature = (v.op.name, v.shape, v.dtype, tuple(sources), keywords)
         self.values.append(v)
         self.node[id(v)] = k
         self.signatures.append(signature)
-        self.parents.append(tuple(sorted(set(parents))))
-        self.cost.append(v.cost)
+        self.parents.append(tuple(parents) if len(parents) < 2 else tuple(sorted(set(parents))))
+        self.cost.append(v.cost)  # until the tape's own time for it is known
         o = owner(out)
         first = self.owners.get(id(o))
         if first is not None and first[0]() is o:  # a view of an earlier node's buffer
@@ -102,7 +102,7 @@ class Run:
             if j is not None:
                 self.saved.add(j)
                 reads.append(j)
-        self.reads.append(tuple(sorted(set(reads))))
+        self.reads.append(tuple(reads) if len(reads) < 2 else tuple(sorted(set(reads))))
         return signature
 
     def start_sweep(self, root: int) -> None:
