@@ -132,12 +132,17 @@ def _mirror(graph: S.GraphCosts, backward: list[int]) -> list[int] | None:
     return order
 
 
-def graph_layout(graph: S.GraphCosts) -> dict[int, tuple[float, float]]:
+def graph_layout(graph: S.GraphCosts, forward: int | None = None) -> dict[int, tuple[float, float]]:
     """Where :func:`graph_diagram` puts each node that is not an input: ``{node: (x, y)}``.
 
     Forward ops at ``y = 0``, ``x`` counting them in order; gradient nodes at
-    ``y = -3.2``, under their op for a :meth:`~remat.schedules.GraphCosts.joint`
-    graph, else spread over the same width from right to left.
+    ``y = -3.2``.  Which nodes are gradient nodes: those from ``forward`` on
+    (``forward`` counts the forward nodes), or by default, for a graph made by
+    :meth:`~remat.schedules.GraphCosts.joint`, those that follow from the
+    loss, each put under its op.  Otherwise the gradient nodes are spread over
+    the same width from right to left, in their order: under their ops when
+    the backward pass reverses every op in the reverse of the forward order,
+    as a tape's sweep does.
 
     >>> from remat.schedules import GraphCosts
     >>> from remat.plot_graph import graph_layout
@@ -145,14 +150,23 @@ def graph_layout(graph: S.GraphCosts) -> dict[int, tuple[float, float]]:
     >>> graph_layout(g)
     {1: (0.0, 0.0), 2: (1.0, 0.0), 3: (1.0, -3.2), 4: (0.0, -3.2)}
     """
-    backward = _backward(graph)
-    forward = [i for i in graph.ops if i not in set(backward)]
-    where = {node: (float(x), ROWS[0]) for x, node in enumerate(forward)}
-    mirror = _mirror(graph, backward)
+    if forward is None:
+        backward = _backward(graph)
+        mirror = _mirror(graph, backward)
+    elif 0 < forward <= graph.nodes:
+        backward, mirror = list(range(forward, graph.nodes)), None
+    else:
+        raise ValueError(
+            f"graph_layout: forward={forward!r} must count the forward nodes, 1..{graph.nodes}"
+        )
+    later = set(backward)
+    where = {
+        node: (float(x), ROWS[0]) for x, node in enumerate(i for i in graph.ops if i not in later)
+    }
     if mirror is not None:
         where.update({v: (where[k][0], ROWS[1]) for k, v in zip(mirror, backward)})
     else:
-        width = max(len(forward) - 1, 1)
+        width = max(len(where) - 1, 1)
         step = width / max(len(backward) - 1, 1)
         where.update({v: (width - i * step, ROWS[1]) for i, v in enumerate(backward)})
     return where
@@ -178,6 +192,7 @@ def graph_diagram(
     ax: Axes | None = None,
     recomputed: Mapping[int, int] | None = None,
     title: str | None = None,
+    forward: int | None = None,
 ) -> Figure:
     """Draw ``graph`` (forward ops above, gradient nodes below) coloured by ``plan``.
 
@@ -185,7 +200,8 @@ def graph_diagram(
     that was not planned (DTR), pass ``recomputed``, a ``{node: times}``
     mapping, instead; with neither, the graph is drawn stored whole.
     ``names`` labels each node (``names[node]``: its op's name), by default its
-    id.  See the module for what the picture shows.
+    id; ``forward`` counts the forward nodes where the graph does not tell
+    (:func:`graph_layout`).  See the module for what the picture shows.
 
     >>> from remat.schedules import GraphCosts, plan_graph
     >>> from remat.plot_graph import graph_diagram
@@ -196,7 +212,7 @@ def graph_diagram(
     'optimal plan: 8 kept, 1 recomputed once; cost 16, peak 20 bytes (budget 20)'
     """
     fates = value_fates(graph, plan, recomputed)
-    where = graph_layout(graph)
+    where = graph_layout(graph, forward)
     width = max(x for x, _ in where.values()) + 1
     fig, ax = _axes(ax, figsize=(min(max(8.0, 0.22 * width), 30.0), 5.0))
     paths, colours = [], []
@@ -221,8 +237,8 @@ def graph_diagram(
         linewidths=0.5,
         zorder=3,
     )
-    labelled = {i for i in nodes if where[i][1] == ROWS[0]} or set(nodes)
-    if len({where[i][0] for i in nodes if where[i][1] == ROWS[1]}) < len(where) - len(labelled):
+    labelled = {i for i in nodes if where[i][1] == ROWS[0]}
+    if {x for x, y in where.values() if y == ROWS[1]} - {where[i][0] for i in labelled}:
         labelled = set(nodes)  # the gradient row is not under its ops: label it too
     for i in nodes:
         x, y = where[i]

@@ -105,3 +105,18 @@ def test_a_workloads_graph_is_drawn_with_each_gradient_under_its_op(tmp_path):
     assert colours.count(to_rgba(GRAPH_COLOURS["recomputed"])) == 1
     fig.savefig(tmp_path / "unet.png")
     assert (tmp_path / "unet.png").stat().st_size > 1000
+
+
+def test_forward_says_where_the_gradient_nodes_start():
+    # a graph laid out as a tape's run is: no input nodes, the forward ops 0, 1, 2, then
+    # one gradient node per op in the sweep's order (2, 1, 0), each under its op
+    graph = GraphCosts([(), (0,), (1,), (2,), (1, 3), (0, 4)], [1] * 6, [4, 4, 4, 0, 0, 0],
+                       outputs={5})  # fmt: skip
+    assert plot_graph.graph_layout(graph) == {i: (float(i), 0.0) for i in range(6)}  # one row
+    below = plot_graph.ROWS[1]
+    assert plot_graph.graph_layout(graph, forward=3) == {
+        0: (0.0, 0.0), 1: (1.0, 0.0), 2: (2.0, 0.0), 3: (2.0, below), 4: (1.0, below),
+        5: (0.0, below),
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="forward=0 must count the forward nodes, 1..6"):
+        plot_graph.graph_diagram(graph, forward=0)
