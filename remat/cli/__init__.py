@@ -29,6 +29,12 @@ chain of blocks instead (:mod:`remat.blockwise`): no checkpointing,
 the memory, time, blocks and ops evaluated again and gradient agreement of
 each.
 
+``remat compare --graph unet`` compares ways of rematerializing a graph
+workload (:mod:`remat.graph_workloads`: a U-Net, a ResNet, a transformer op by
+op, an adaptive ODE solver) at byte budgets instead (:mod:`.graph`): store-all,
+``rm.checkpoint`` around each block, DTR with each heuristic and the optimal
+plan, measured by :func:`remat.graph_compare.compare_graph`.
+
 ``remat schedule`` prints a schedule's actions and totals and can draw it:
 any named schedule, the optimal plan under unit costs, and the disk schedules.
 
@@ -38,11 +44,14 @@ the versions of Python, NumPy and remat and a description of the machine.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
 from .. import __version__
 from .. import schedules as S
+from ..graph_compare import METHODS
+from ..graph_workloads import GRAPH_WORKLOADS
 from ..workloads import WORKLOADS
 from .blocks import compare_blocks
 from .common import (
@@ -55,6 +64,7 @@ from .common import (
     sizes_as_values,
 )
 from .curve import compare_memory
+from .graph import compare_graph_workload, graph_option, refused_with_graph
 from .listing import DISK_COST, LISTED, schedule
 from .table import COMPARABLE, COMPARED, compare_schedules
 
@@ -65,21 +75,55 @@ DEFAULTS = dict(steps=200, snapshots=8)  # --steps and --snapshots, unless below
 BLOCKWISE_DEFAULTS = dict(steps=8, snapshots=3)
 
 
+def _usage_error(message):
+    print(f"remat compare: error: {message}", file=sys.stderr)
+    return 2
+
+
 def compare(args, out=None):
-    """``remat compare``: the budget curve, the blocks or the schedules, by the options."""
+    """``remat compare``: the graph methods, the budget curve, the blocks or the schedules,
+    by the options."""
     out = out or sys.stdout
+    if args.graph is not None:
+        refused = refused_with_graph(args)
+        if refused:
+            return _usage_error(
+                "--graph compares a graph workload, not the loops and chains of --workload: "
+                f"drop {', '.join(refused)}"
+            )
+        return compare_graph_workload(args, out)
+    for name in ("size", "methods"):
+        if getattr(args, name) is not None:
+            return _usage_error(f"--{name} needs --graph")
+    args.workload = args.workload or "resmlp"
+    if args.budgets is not None:
+        if args.memory is None:
+            return _usage_error("--budgets needs --memory or --graph")
+        try:
+            (args.budgets,) = map(count_option("--budgets", 1, 100), args.budgets)
+        except ValueError:  # several values
+            return _usage_error("--budgets with --memory is one count, the budgets on the curve")
+        except argparse.ArgumentTypeError as error:
+            return _usage_error(error)
     defaults = BLOCKWISE_DEFAULTS if args.workload in BLOCKWISE else DEFAULTS
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.memory is not None:
         return compare_memory(args, out)
-    if args.budgets is not None:
-        print("remat compare: error: --budgets needs --memory", file=sys.stderr)
-        return 2
     if args.workload in BLOCKWISE:
         return compare_blocks(args, out)
     return compare_schedules(args, out)
+
+
+def _size_of_graph(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size must be a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"--size must be positive and finite, got {text!r}")
+    return int(value) if value.is_integer() else value
 
 
 def build_parser():
@@ -95,11 +139,35 @@ def build_parser():
         "compare",
         help="run a workload under each schedule and compare memory, work and time",
         description="Run one workload under store_all, sqrt, revolve and online "
-        "checkpointing; time runs without tracemalloc, measure memory in separate runs "
-        "under tracemalloc, and check that every gradient equals store_all's exactly.",
+        "checkpointing (or, with --graph, a graph workload under store-all, rm.checkpoint per "
+        "block, DTR and the optimal plan at byte budgets); time runs without tracemalloc, "
+        "measure memory in separate runs under tracemalloc, and check that every gradient "
+        "equals store_all's exactly.",
     )
     compare.add_argument(
-        "--workload", default="resmlp", choices=sorted(WORKLOADS), help="the loop to run"
+        "--workload", choices=sorted(WORKLOADS), help="the loop to run (default: resmlp)"
+    )
+    compare.add_argument(
+        "--graph",
+        metavar="WORKLOAD",
+        type=graph_option,
+        help="compare store-all, rm.checkpoint per block, DTR with each heuristic and the "
+        "optimal plan on a graph workload instead: one of "
+        f"{', '.join(GRAPH_WORKLOADS)} (default: none: the loops of --workload)",
+    )
+    compare.add_argument(
+        "--size",
+        type=_size_of_graph,
+        help="with --graph: the workload's size, its builder's first parameter (unet's "
+        "levels, resnet's stages, transformer_ops' blocks, adaptive_ode's horizon; default: "
+        "the builder's)",
+    )
+    compare.add_argument(
+        "--methods",
+        type=names_option("--methods", METHODS),
+        metavar="NAMES",
+        help="with --graph: the methods to compare, separated by commas, from "
+        f"{','.join(METHODS)}; store_all always runs, as the reference (default: all)",
     )
     compare.add_argument(
         "--steps",
@@ -136,9 +204,12 @@ def build_parser():
     )
     compare.add_argument(
         "--budgets",
-        type=count_option("--budgets", 1, 100),
-        help="with --memory: how many budgets on the curve (spaced evenly on a log scale "
-        "from where the curve is worth plotting up to --memory; default 5)",
+        nargs="+",
+        metavar="B",
+        help="with --graph: the budgets, each a share of store-all's saved bytes in (0, 1] "
+        "or a number of bytes (e.g. 0.5 0.33 256KiB; default: 0.5 0.33); with --memory: how "
+        "many budgets on the curve, one count (spaced evenly on a log scale from where the "
+        "curve is worth plotting up to --memory; default 5)",
     )
     output_options(compare, "a figure of memory, step evaluations and time")
     schedule = commands.add_parser(

@@ -32,7 +32,7 @@ LAYERS = [
     ["remat.checkpoint", "remat.policies", "remat.budget", "remat.tape_options"]
     + ["remat.memory", "remat.measure"]
     + ["remat.disk", "remat.blockwise", "remat.optim", "remat.workloads"]  # the front ends
-    + ["remat.graph_workloads"],
+    + ["remat.graph_workloads", "remat.graph_compare"],
     # plots, CLI, the public face
     ["remat.plot", "remat.plot_graph", "remat.cli", "remat.__main__", "remat"],
 ]
