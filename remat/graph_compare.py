@@ -220,15 +220,31 @@ def _first_run(method: _Method, counted_base: int) -> None:
 
 def _timed_rounds(methods: Sequence[_Method], repeats: int, reference: list[Any]) -> None:
     """``repeats`` rounds, each running every method once, the order rotated a place each
-    round; a run's time is its ``seconds_runs`` entry, its gradients are checked after."""
+    round; a run's time is its ``seconds_runs`` entry; its gradients and (under a budget)
+    its peak are taken after.  DTR's choices depend on the times it measures, so a budget
+    one run fits in can be too tight for another: a MemoryError marks the row unavailable,
+    saying so, and the method runs no more."""
     for round_ in range(repeats):
         shift = round_ % len(methods)
         for method in [*methods[shift:], *methods[:shift]]:
+            row = method.row
+            if not row.available:
+                continue
             gc.collect()
             start = time.perf_counter()
-            _, grads, _ = method.run()
-            method.row.seconds_runs.append(time.perf_counter() - start)
+            try:
+                _, grads, tape = method.run()
+            except MemoryError as error:
+                row.available = False
+                row.reason = (
+                    f"MemoryError in timed run {len(row.seconds_runs) + 1} (the runs before "
+                    f"it fitted): {error}"
+                )
+                continue
+            row.seconds_runs.append(time.perf_counter() - start)
             method.check(grads, reference)
+            if row.budget is not None:
+                row.tape_peak_bytes = max(row.tape_peak_bytes or 0, tape.stats.peak_bytes)
 
 
 def compare_graph(
@@ -281,6 +297,8 @@ def compare_graph(
     base_seconds = statistics.median(runs[0].row.seconds_runs)
     for method in live:
         row = method.row
+        if not row.available:
+            continue
         row.seconds = statistics.median(row.seconds_runs)
         row.time_ratio = row.seconds / base_seconds
     return [m.row for m in runs]

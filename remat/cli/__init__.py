@@ -50,8 +50,6 @@ import sys
 
 from .. import __version__
 from .. import schedules as S
-from ..graph_compare import METHODS
-from ..graph_workloads import GRAPH_WORKLOADS
 from ..workloads import WORKLOADS
 from .blocks import compare_blocks
 from .common import (
@@ -64,7 +62,7 @@ from .common import (
     sizes_as_values,
 )
 from .curve import compare_memory
-from .graph import compare_graph_workload, graph_option, refused_with_graph
+from .graph import add_graph_options, compare_graph_workload, refused_with_graph
 from .listing import DISK_COST, LISTED, schedule
 from .table import COMPARABLE, COMPARED, compare_schedules
 
@@ -116,16 +114,6 @@ def compare(args, out=None):
     return compare_schedules(args, out)
 
 
-def _size_of_graph(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--size must be a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"--size must be positive and finite, got {text!r}")
-    return int(value) if value.is_integer() else value
-
-
 def build_parser():
     parser = Parser(
         prog="remat",
@@ -147,28 +135,7 @@ def build_parser():
     compare.add_argument(
         "--workload", choices=sorted(WORKLOADS), help="the loop to run (default: resmlp)"
     )
-    compare.add_argument(
-        "--graph",
-        metavar="WORKLOAD",
-        type=graph_option,
-        help="compare store-all, rm.checkpoint per block, DTR with each heuristic and the "
-        "optimal plan on a graph workload instead: one of "
-        f"{', '.join(GRAPH_WORKLOADS)} (default: none: the loops of --workload)",
-    )
-    compare.add_argument(
-        "--size",
-        type=_size_of_graph,
-        help="with --graph: the workload's size, its builder's first parameter (unet's "
-        "levels, resnet's stages, transformer_ops' blocks, adaptive_ode's horizon; default: "
-        "the builder's)",
-    )
-    compare.add_argument(
-        "--methods",
-        type=names_option("--methods", METHODS),
-        metavar="NAMES",
-        help="with --graph: the methods to compare, separated by commas, from "
-        f"{','.join(METHODS)}; store_all always runs, as the reference (default: all)",
-    )
+    add_graph_options(compare)
     compare.add_argument(
         "--steps",
         type=count_option("--steps", 1, 10**6),

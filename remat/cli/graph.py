@@ -18,7 +18,15 @@ import sys
 from .. import graph_compare
 from ..graph_workloads import GRAPH_WORKLOADS, make_graph_workload
 from ..units import binary_unit, format_bytes
-from .common import MiB, compare_heading, environment, in_unit, write_csv, write_json
+from .common import (
+    MiB,
+    compare_heading,
+    environment,
+    in_unit,
+    names_option,
+    write_csv,
+    write_json,
+)
 
 DEFAULT_BUDGETS = ("0.5", "0.33")
 CHAIN_ONLY = ("steps", "snapshots", "schedules", "memory")  # options --graph refuses
@@ -32,6 +40,41 @@ def graph_option(text):
             f"unknown graph workload {text!r}; choose one of {', '.join(GRAPH_WORKLOADS)}"
         )
     return text
+
+
+def size_of_graph(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size must be a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"--size must be positive and finite, got {text!r}")
+    return int(value) if value.is_integer() else value
+
+
+def add_graph_options(compare):
+    """``remat compare``'s options of ``--graph``."""
+    methods = ",".join(graph_compare.METHODS)
+    compare.add_argument(
+        "--graph",
+        metavar="WORKLOAD",
+        type=graph_option,
+        help="compare store-all, rm.checkpoint per block, DTR with each heuristic and the "
+        f"optimal plan on a graph workload instead: one of {', '.join(GRAPH_WORKLOADS)} "
+        "(default: none: the loops of --workload)",
+    )
+    size_help = (
+        "with --graph: the workload's size, its builder's first parameter (unet's levels, "
+        "resnet's stages, transformer_ops' blocks, adaptive_ode's horizon; default: the "
+        "builder's)"
+    )
+    compare.add_argument("--size", type=size_of_graph, help=size_help)
+    methods_help = (
+        f"with --graph: the methods to compare, separated by commas, from {methods}; "
+        "store_all always runs, as the reference (default: all)"
+    )
+    methods_type = names_option("--methods", graph_compare.METHODS)
+    compare.add_argument("--methods", metavar="NAMES", type=methods_type, help=methods_help)
 
 
 def refused_with_graph(args):

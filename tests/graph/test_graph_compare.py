@@ -115,3 +115,22 @@ def test_unknown_methods_and_an_outer_tracemalloc_are_refused():
             gc.compare_graph(tiny_unet())
     finally:
         tracemalloc.stop()
+
+
+def test_a_timed_run_over_the_budget_marks_its_row_and_stops_the_method(monkeypatch):
+    real, calls = gc._run, []
+
+    def once_too_tight(workload, method, tape):
+        calls.append(method)
+        if method == "dtr:lru" and calls.count(method) == 2:  # the first timed run
+            raise MemoryError("too tight this time")
+        return real(workload, method, tape)
+
+    monkeypatch.setattr(gc, "_run", once_too_tight)
+    rows = gc.compare_graph(tiny_unet(), [0.5], repeats=3, methods=["store_all", "dtr:lru"])
+    lru = rows[1]
+    assert not lru.available and lru.seconds is None and calls.count("dtr:lru") == 2
+    assert (
+        lru.reason == "MemoryError in timed run 1 (the runs before it fitted): too tight this time"
+    )
+    assert len(rows[0].seconds_runs) == 3 and rows[0].available
