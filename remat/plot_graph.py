@@ -209,7 +209,7 @@ def graph_diagram(
     ...                      [0, 4, 4, 4, 4, 0], inputs={0}, loss=5)
     >>> fig = graph_diagram(g, plan_graph(g, 20))
     >>> fig.axes[0].get_title()
-    'optimal plan: 8 kept, 1 recomputed once; cost 16, peak 20 bytes (budget 20)'
+    'optimal plan: 8 kept, 1 recomputed once; cost 16, peak 20 bytes (budget 20 bytes)'
     """
     fates = value_fates(graph, plan, recomputed)
     where = graph_layout(graph, forward)
@@ -264,6 +264,14 @@ def graph_diagram(
     return fig
 
 
+def _size(nbytes: float) -> str:
+    """``20 bytes``, ``3.5 KiB``, ``2.35 MiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:g} bytes"
+
+
 def _title(
     graph: S.GraphCosts, fates: list[tuple[str, int]], plan: S.GraphPlan | None, run: bool
 ) -> str:
@@ -279,7 +287,7 @@ def _title(
     if plan is not None:
         result = S.simulate_graph(plan, graph)
         return (
-            f"{plan.method} plan: {what}; cost {result.cost:g}, peak "
-            f"{result.peak_bytes:g} bytes (budget {plan.memory:g})"
+            f"{plan.method} plan: {what}; cost {result.cost:.4g}, peak "
+            f"{_size(result.peak_bytes)} (budget {_size(plan.memory)})"
         )
     return f"a run: {what}" if run else f"stored whole: {what}"

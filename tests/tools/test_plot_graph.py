@@ -45,7 +45,7 @@ def test_the_colours_are_what_the_hand_made_plan_does():
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "1" in texts and {"a", "b", "loss"} <= set(texts)  # the count, the labels
     # 3 forward ops, 3 VJPs at 2 each, 1 recomputation; stage 4 holds 3, 4, then 1 and 5
-    want_title = "given plan: 4 kept, 1 recomputed once; cost 10, peak 16 bytes (budget 16)"
+    want_title = "given plan: 4 kept, 1 recomputed once; cost 10, peak 16 bytes (budget 16 bytes)"
     assert fig.axes[0].get_title() == want_title
 
 

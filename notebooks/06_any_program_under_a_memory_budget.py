@@ -1,0 +1,353 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -all
+#     notebook_metadata_filter: kernelspec,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Any program under a memory budget: DTR and the optimal plan
+#
+# The notebooks before this one put loops and chains under a budget: `tape.loop`,
+# `tape.chain` and `tape.scan` say where the steps are, and a schedule (revolve, the
+# optimal chain plan) decides which steps' states to keep. Most networks are not
+# chains. A U-Net keeps each level's features for the decoder; a ResNet adds
+# shortcuts; a transformer written op by op reads its residual stream again and
+# again. Their recorded graphs have *skips*, and code written without a loop API has
+# no steps to name at all.
+#
+# remat rematerializes such programs in two ways, both on the graph the tape records:
+#
+# * **DTR** (dynamic tensor rematerialization, Kirisame et al. 2021):
+#   `rm.Tape(memory=m, remat="dtr")` treats the values the tape saves as a cache;
+#   when they would pass `m` bytes it *evicts* one, chosen by a heuristic, and
+#   recomputes it from its inputs when backward needs it. No plan, no graph known in
+#   advance.
+# * **An optimal plan** (Checkmate, Jain et al. 2020): given the whole joint
+#   forward + backward graph and its costs, a mixed-integer program chooses which
+#   values each stage computes and which it keeps, at the least total compute
+#   within the budget (`rm.schedules.plan_graph`).
+#
+# This notebook takes a small U-Net, shows why a chain schedule does not fit it,
+# measures store-all, `rm.checkpoint` placed by hand per block, DTR with each of its
+# heuristics and the optimal plan across budgets, draws what DTR evicts and what the
+# plan keeps and recomputes on the graph itself, and checks that every way gives the
+# gradients of store-all bit for bit. Sizes are tiny, so that it runs in seconds.
+
+# %%
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small graphs: one BLAS thread, less noise
+import contextlib
+import math
+from collections import Counter
+from io import BytesIO
+
+import matplotlib
+
+if "inline" not in matplotlib.get_backend():
+    matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import PIL.Image
+from IPython.display import Image, display
+
+import remat as rm
+from remat.graph import DTR, HEURISTICS, dtr
+from remat.graph_compare import compare_graph, failures_of
+from remat.graph_workloads import unet
+from remat.plot_graph import graph_diagram
+from remat.schedules import GraphCosts, plan_graph, simulate_graph
+from remat.tape import Record
+
+
+def show(fig, alt):
+    """Show ``fig`` as a PNG at 100 dpi, with ``alt`` saying what it shows.
+
+    The PNG keeps 256 colours (a plot has few), a third of the bytes, so that the
+    executed notebook stays small.
+    """
+    drawn, png = BytesIO(), BytesIO()
+    fig.savefig(drawn, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    PIL.Image.open(drawn).convert("RGB").quantize(256).save(png, format="png", optimize=True)
+    display(Image(png.getvalue(), alt=alt))
+
+
+KiB = 2**10
+model = unet(levels=2, width=8, length=128, batch=4)
+params, inputs, loss_of = model
+print(model.description)
+print(f"{sum(p.size for p in params)} parameters in {len(params)} tensors")
+size = model.measure()
+print(f"one forward records {size.ops} ops, which save {size.saved_bytes / KiB:.0f} KiB "
+      "for backward")
+
+# %% [markdown]
+# ## The recorded graph
+#
+# The U-Net is ordinary remat code (`remat.graph_workloads.unet`): at each level a
+# convolution (zero padding, three shifted slices side by side, a `matmul`) and a
+# GELU, whose output is kept for the *skip*, then pooling; at the bottom one more
+# convolution; back up, each level repeats positions, concatenates the skip and
+# convolves. A recording tape lists each op and, for each input, the record that
+# made it: that is the forward graph. The backward pass is part of the graph too:
+# the VJP of op `k` reads what op `k` saved and the gradients flowing back from
+# `k`'s readers. `GraphCosts.joint` adds one gradient node per op, and the planner
+# works on that joint graph.
+#
+# Here each op costs one unit and holds its output's bytes: a simple model, enough
+# to see the structure.
+
+# %%
+def recorded_graph(records, loss):
+    """The joint forward + backward graph of ``records`` (node ``k`` is record ``k``;
+    leaves and constants are the user's, always resident: not nodes), unit costs, the
+    bytes of each op's output, and the op names (the gradient nodes named ``d`` + op)."""
+    node = {id(record): k for k, record in enumerate(records)}
+    parents = [tuple(sorted({node[id(p)] for p in r.parents if isinstance(p, Record)}))
+               for r in records]
+    nbytes = [8 * math.prod(r.shape) for r in records]  # float64
+    graph = GraphCosts.joint(parents, [1] * len(records), nbytes, inputs=(),
+                             loss=node[id(loss.record)])
+    names = [r.op.name for r in records]
+    return graph, names + ["d " + names[k] for k in sorted(node.values(), reverse=True)]
+
+
+with rm.Recorder() as recording:
+    loss = model.forward()
+graph, names = recorded_graph(recording.records, loss)
+forward_ops = len(recording.records)
+print(f"{forward_ops} forward ops, {graph.nodes - forward_ops} gradient nodes, "
+      f"{sum(len(p) for p in graph.parents)} edges")
+print(Counter(names[:forward_ops]).most_common())
+
+fig, ax = plt.subplots(figsize=(14, 5))
+graph_diagram(graph, names=names, ax=ax, title="the U-Net's joint graph, stored whole")
+show(fig,
+     "Arc diagram of the U-Net's recorded graph: its forward ops in a row left to right, "
+     "the gradient nodes mirrored below; the skip connections are the long arcs from each "
+     "encoder level's GELU over the levels below to the decoder's concatenate")
+
+# %% [markdown]
+# ## Why a chain schedule does not apply
+#
+# A chain schedule keeps *states*: cut the forward pass between two ops, and the state
+# at that cut is everything computed before it and read after it. On a chain that is
+# one value, the same kind at every cut, and a schedule chooses which cuts to keep.
+# On the U-Net the state at a cut holds the running features *and* every skip not yet
+# consumed: it grows through the encoder and shrinks through the decoder, and its
+# values are of different shapes. Packing them into one state for `tape.chain` would
+# keep all the skips at every kept cut; the choice that matters is per value, not
+# per cut.
+
+# %%
+readers = graph.children
+crossing = []  # for each cut after forward op i: (values live across it, their bytes)
+for i in range(forward_ops - 1):
+    live = [j for j in range(i + 1)
+            if any(i < c < forward_ops for c in readers[j])]
+    crossing.append((len(live), sum(graph.bytes[j] for j in live)))
+values = [n for n, _ in crossing]
+print(f"values live across a cut: from {min(values)} to {max(values)}")
+assert max(values) >= 3  # a chain would carry one
+
+fig, ax = plt.subplots(figsize=(9, 2.8))
+ax.step(range(1, forward_ops), [b / KiB for _, b in crossing], where="mid", color="tab:blue")
+ax.set_xlabel("cut after forward op")
+ax.set_ylabel("KiB live across it")
+ax.set_title("the state a chain schedule would have to carry at each cut")
+fig.tight_layout()
+show(fig,
+     "Step plot of the kilobytes of values computed before and read after each cut of the "
+     "U-Net's forward pass: rising through the encoder as skips accumulate, falling through "
+     "the decoder")
+
+# %% [markdown]
+# ## Every way, measured side by side
+#
+# `remat.graph_compare.compare_graph` (what `remat compare --graph unet` prints) runs
+# the workload under
+#
+# * store-all, `rm.Tape()`: the reference;
+# * `rm.checkpoint` around each block, placed by hand (the workload's
+#   `wrap=rm.checkpoint`): only the blocks' inputs are kept, each block runs again in
+#   backward;
+# * DTR with each heuristic, `rm.Tape(memory=b, remat=DTR(name))`:
+#   * `h_dtr`: evict the lowest `cost / (bytes x staleness)` (cheap to recompute,
+#     large, long unused);
+#   * `h_dtr_eq`: the same, with the cost of the evicted neighbourhood added;
+#   * `lru`: the least recently used;
+#   * `largest_first`: the largest;
+# * the optimal plan, `rm.Tape(memory=b, remat="optimal")`,
+#
+# at budgets `b` that are shares of store-all's saved bytes. Time is the median of
+# interleaved runs over store-all's; memory is the tape's own count of saved bytes
+# (`tape.stats.peak_bytes`, never above `b`) and the tracemalloc peak of the whole
+# forward and backward (gradients, inputs and Python's objects included).
+
+# %%
+BUDGETS = (0.75, 0.5)
+rows = compare_graph(model, BUDGETS, repeats=7)
+print(f"{'method':<26}{'time':>6}{'held KiB':>10}{'traced KiB':>11}{'recomputed':>11}")
+for row in rows:
+    if not row.available:
+        print(f"{row.label:<26}  did not run: {row.reason[:70]}")
+        continue
+    held = "" if row.tape_peak_bytes is None else f"{row.tape_peak_bytes / KiB:.0f}"
+    print(f"{row.label:<26}{row.time_ratio:>5.2f}x{held:>10}"
+          f"{row.traced_peak_bytes / KiB:>11.0f}{row.recomputed_ops:>11}")
+assert not failures_of(rows)  # every run's gradients are store-all's, every tape within b
+ran = [row for row in rows if row.available]
+assert all(row.bit_identical for row in ran)
+
+# %% [markdown]
+# Two views of memory. On the left, the bytes the tape holds for backward, the
+# quantity a budget bounds (for per-block checkpointing, what it holds between the
+# forward and the backward: `model.measure(wrap=rm.checkpoint)`). On the right, the
+# tracemalloc peak of the whole run: at these tiny sizes the gradients, the inputs,
+# the values in flight and DTR's own bookkeeping (about a kilobyte a record) are a
+# large part of it, so the saving is smaller there than on the left.
+
+# %%
+checkpoint_held = model.measure(wrap=rm.checkpoint).saved_bytes
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+styles = {"store_all": ("s", "black"), "checkpoint": ("^", "tab:orange"),
+          "optimal": ("*", "tab:red")}
+colours = dict(zip(HEURISTICS, ("tab:blue", "tab:cyan", "tab:green", "tab:purple")))
+for ax, memory in zip(axes, ("held", "traced")):
+    for method in dict.fromkeys(row.method for row in ran):
+        points = sorted(
+            ((checkpoint_held if row.method == "checkpoint" else row.tape_peak_bytes)
+             if memory == "held" else row.traced_peak_bytes, row.time_ratio)
+            for row in ran if row.method == method)
+        if method.startswith("dtr:"):
+            marker, colour = "o", colours[method.removeprefix("dtr:")]
+        else:
+            marker, colour = styles[method]
+        ax.plot([b / KiB for b, _ in points], [t for _, t in points], marker=marker,
+                color=colour, ms=13 if marker == "*" else 8, ls="-" if len(points) > 1 else "none",
+                label=method.replace("dtr:", "DTR "))
+    ax.set_xlabel("KiB held for backward (the tape's count)" if memory == "held"
+                  else "tracemalloc peak of forward + backward (KiB)")
+axes[0].set_ylabel("time / store-all")
+axes[1].legend(frameon=False, fontsize=8)
+fig.suptitle(f"U-Net, budgets {' and '.join(f'{b:.0%}' for b in BUDGETS)} of store-all's "
+             "saved bytes")
+fig.tight_layout()
+show(fig,
+     "Two panels of time relative to store-all: against the KiB held for backward, and "
+     "against the tracemalloc peak, for store-all, per-block rm.checkpoint, each DTR "
+     "heuristic and the optimal plan at each budget")
+
+# %% [markdown]
+# ## What DTR evicts and recomputes
+#
+# To see DTR's choices, count them as it runs: the cell below wraps the cache's
+# `evict` and the function that recomputes one value, for one run, keyed by the
+# record each value belongs to. (This looks inside `remat.graph.dtr`; `tape.stats`
+# gives the totals.) The tape's records are the same ops in the same order as the
+# recording above, so each maps to its node of the graph.
+
+# %%
+@contextlib.contextmanager
+def watching_dtr():
+    """Count, per record (by its sequence number), the values DTR evicts and the ops it
+    evaluates again, while the block runs."""
+    evicted, recomputed = Counter(), Counter()
+    evict, recompute = dtr.Cache.evict, dtr._recompute
+
+    def counting_evict(cache, value):
+        evicted[value.record.seq] += 1
+        return evict(cache, value)
+
+    def counting_recompute(cache, value, datas):
+        recomputed[value.record.seq] += 1
+        return recompute(cache, value, datas)
+
+    dtr.Cache.evict, dtr._recompute = counting_evict, counting_recompute
+    try:
+        yield evicted, recomputed
+    finally:
+        dtr.Cache.evict, dtr._recompute = evict, recompute
+
+
+reference = [g.copy() for g in model.loss_and_gradients(rm.Tape())[1]]
+for p in params:
+    p.grad = None
+budget = int(0.5 * size.saved_bytes)
+tape = rm.Tape(memory=budget, remat=DTR("lru"))
+with watching_dtr() as (evicted, recomputed):
+    with tape:
+        loss = model.forward()
+    seqs = {record.seq: k for k, record in enumerate(tape.records)}
+    run_graph, _ = recorded_graph(tape.records, loss)
+    loss.backward()
+grads = [p.grad for p in params]
+for p in params:
+    p.grad = None
+assert all(np.array_equal(g, r) for g, r in zip(grads, reference))
+assert run_graph.parents == graph.parents  # the same graph as recorded above
+again = {seqs[s]: n for s, n in recomputed.items()}
+print(f"DTR('lru') at {budget / KiB:.0f} KiB: {tape.stats.evictions} evictions, "
+      f"{tape.stats.recomputed_ops} ops recomputed, peak {tape.stats.peak_bytes / KiB:.0f} KiB")
+assert sum(evicted.values()) == tape.stats.evictions
+assert sum(again.values()) == tape.stats.recomputed_ops
+by_op = Counter()
+for k, n in again.items():
+    by_op[names[k]] += n
+print("recomputations by op:", by_op.most_common())
+
+fig, ax = plt.subplots(figsize=(14, 5))
+graph_diagram(graph, names=names, recomputed=again, ax=ax,
+              title=f"DTR('lru') at 50% of store-all's saved bytes: "
+                    f"{tape.stats.recomputed_ops} recomputations")
+show(fig,
+     "The U-Net's graph with the values DTR with the LRU heuristic recomputed at half of "
+     "store-all's saved bytes in orange, each with its count, and the values it kept in "
+     "dark blue")
+
+# %% [markdown]
+# ## The optimal plan, drawn
+#
+# `rm.schedules.plan_graph(graph, m)` solves Checkmate's mixed-integer program with
+# HiGHS (`scipy.optimize.milp`) on the joint graph: which values each stage computes
+# and which it keeps, at the least total compute, with every moment within `m` bytes
+# in its memory model (`docs/guide/graph_plan.md`). The plan is data: `simulate_graph`
+# checks it and prices it without the solver, and `graph_diagram` draws it.
+
+# %%
+store_all = plan_graph(graph, sum(graph.bytes))  # everything fits: no solve
+m = int(0.9 * store_all.predicted_peak_bytes)
+plan = plan_graph(graph, m, time_limit=10)
+result = simulate_graph(plan, graph)
+print(f"store all: cost {store_all.predicted_cost}, "
+      f"peak {store_all.predicted_peak_bytes / KiB:.0f} KiB")
+print(f"{plan.method} plan within {m / KiB:.0f} KiB: cost {result.cost}, "
+      f"peak {result.peak_bytes / KiB:.0f} KiB, {plan.recomputed} recomputation(s), "
+      f"solved in {plan.solve_seconds:.1f} s, within {plan.gap:.0%} of the optimum")
+assert result.peak_bytes <= m and result.cost >= store_all.predicted_cost
+
+fig, ax = plt.subplots(figsize=(14, 5))
+graph_diagram(graph, plan, names=names, ax=ax)
+show(fig,
+     "The U-Net's graph coloured by the plan at 90% of store-all's peak: values "
+     "kept to their last use in dark blue, values recomputed in orange with their counts")
+
+# %% [markdown]
+# ## Exactness
+#
+# Recomputing a value evaluates the same op on the same inputs, so it gives the same
+# bits, and the gradients are store-all's exactly, under every heuristic and budget
+# and under the plan (`compare_graph` compared every run above with store-all's,
+# array by array). DTR checks each recomputed value against a fingerprint taken when it
+# was evicted, so an op that is not deterministic raises `rm.ReplayError` rather than
+# give other gradients.
