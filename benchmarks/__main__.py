@@ -1,8 +1,8 @@
 """Run the benchmarks and print markdown: ``python -m benchmarks [--quick] [--write] [names...]``.
 
 Names: core, schedules, loop, online, logn, depth, replay, memory, traced, forward,
-overheads, disk, transformer, planning, dtr (all by default).  ``--quick`` runs tiny sizes (a
-smoke test; the figures mean nothing).  ``--write`` also records the output in
+overheads, disk, transformer, planning, dtr, graph (all by default).  ``--quick`` runs tiny
+sizes (a smoke test; the figures mean nothing).  ``--write`` also records the output in
 benchmarks/RESULTS.md: the sections of the benchmarks just run are replaced, the others
 kept, and so is the hand-written "Where remat is behind" section, which whoever reruns
 should revise against the new figures.  Each section says when and on what it was measured.
@@ -36,6 +36,7 @@ MODULES = {
     "transformer": "benchmarks.bench_transformer",
     "planning": "benchmarks.bench_planning",
     "dtr": "benchmarks.bench_dtr",
+    "graph": "benchmarks.bench_graph",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEHIND = "## Where remat is behind"

@@ -43,6 +43,9 @@ SLOW = {
     "tools/test_benchmarks.py::test_quick_run_prints_its_table[traced]": "[logn]",
     "tools/test_benchmarks.py::test_quick_run_prints_its_table[transformer]": "[logn]",
     "tools/test_benchmarks.py::test_quick_run_prints_its_table[dtr]": "[logn]",
+    "tools/test_benchmarks.py::test_quick_run_prints_its_table[graph]": (
+        "[logn]; graph/test_graph_compare.py keeps the function it measures with"
+    ),
     "tools/test_benchmarks.py::test_quick_run_prints_its_table[planning]": "[logn]",
     "tools/test_cli.py::test_compare_figure_has_one_colour_per_schedule": (
         "test_compare_memory_draws_the_budget_curve_within_every_budget"

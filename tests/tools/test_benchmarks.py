@@ -58,6 +58,11 @@ HEADERS = {
         "| costs | steps | budget | 5 steps a block, even | 5 a block, at small states |",
     ],
     "dtr": ["| tape | ms | vs store-all | recomputed ops | evictions | peak / store-all |"],
+    "graph": [
+        "| method | budget | ms | vs store-all | tape peak | traced peak | recomputed ops | "
+        "solve s | predicted ms | gradients bit for bit |",
+        "| target | workload | figure | met |",
+    ],
     "transformer": [
         "| contender | s (fwd+bwd) | time ratio | peak RSS MiB | memory ratio (RSS) |",
         "| schedule | forward_steps | tape.stats.peak_bytes MiB | tracemalloc MiB |",
@@ -78,6 +83,8 @@ def test_quick_run_prints_its_table(name):
         assert "**NO**" not in text and "(empty afterwards)" in text
         has_peer = importlib.util.find_spec("checkpoint_schedules") is not None
         assert ("| HRevolve" if has_peer else "checkpoint_schedules is not installed") in text
+    if name == "graph":  # every method's gradients are store-all's bit for bit
+        assert "**NO**" not in text and "**FAILURE**" not in text
     if name == "transformer":
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch selective" if has_torch else "torch skipped: ") in text
