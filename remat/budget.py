@@ -27,6 +27,7 @@ from . import memory as _memory
 from .executor import Chain, LoopError, LoopStats, run_chain
 from .graph import dtr as _dtr
 from .graph import options as _dtr_options
+from .graph import planned as _planned
 from .pytree import flatten
 from .schedules.arguments import require_count
 from .tape import Recorder
@@ -93,7 +94,7 @@ class Tape(Recorder):
 
     ``remat="dtr"`` (or ``remat=remat.graph.DTR(heuristic)``) with ``memory=m`` keeps
     any code run inside within ``m`` bytes of saved values, evicting and recomputing
-    them (:mod:`remat.graph.dtr`); ``tape.stats`` is then a :class:`remat.graph.DTRStats`.
+    them (:mod:`remat.graph.dtr`; ``"optimal"``: by a plan, :mod:`remat.graph.planned`).
 
     A tape keeps every record made on it, and a chain's record keeps its
     snapshots until the chain is reversed: evaluate without gradients under
@@ -120,7 +121,7 @@ class Tape(Recorder):
         memory: int | str | None = None,
         disk_snapshots: int | None = None,
         disk_dir: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
-        remat: str | _dtr_options.DTR | None = None,
+        remat: str | _dtr_options.DTR | _dtr_options.Planned | None = None,
     ) -> None:
         super().__init__()
         dtr = None  # remat="dtr": memory= is DTR's budget, not the loops'
@@ -153,21 +154,21 @@ class Tape(Recorder):
             )
         self.check_replay = check_replay
         self.snapshot_device = snapshot_device and backend.check_device(snapshot_device)
-        self.dtr_cache = None if dtr is None else _dtr.Cache(dtr_budget, dtr, check_replay)
+        self.dtr_cache = None if dtr is None else _planned.cache(dtr_budget, dtr, check_replay)
         if dtr is not None:
             self.records = _dtr.Records()  # refuses a loop's or checkpoint's record
 
     @property
     def stats(self) -> Any:
-        """Counts of the chains run on this tape, added up (see :class:`LoopStats`);
-        under ``remat="dtr"`` what DTR did (:class:`remat.graph.DTRStats`)."""
+        """Counts of the chains run on this tape, added up (see :class:`LoopStats`); under
+        ``remat=``: :class:`remat.graph.DTRStats` (a PlanStats of the latest run if planned)."""
         if self.dtr_cache is not None:
             return self.dtr_cache.stats
         return LoopStats.combine(self.loops)
 
     def __enter__(self) -> Tape:
         if self.dtr_cache is not None:
-            _dtr.entered()
+            _planned.entered(self)
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> bool:

@@ -5,11 +5,16 @@
   values are evicted when the budget would be passed and recomputed from
   their inputs when needed;
 * :mod:`remat.graph.heuristics`: which value goes first;
-* :mod:`remat.graph.options`: what ``remat=`` takes (:class:`DTR`), and
-  ``tape.stats`` of a DTR tape (:class:`DTRStats`).
+* :mod:`remat.graph.planned`: the optimal plan of the recorded graph on the tape,
+  ``rm.Tape(memory=m, remat="optimal")`` (or ``remat=Planned(time_limit, relaxed)``):
+  the first run is recorded (:mod:`remat.graph.recording`) and planned, the later
+  ones follow the plan;
+* :mod:`remat.graph.options`: what ``remat=`` takes (:class:`DTR`, :class:`Planned`),
+  and ``tape.stats`` of a DTR tape (:class:`DTRStats`) or a planned one
+  (:class:`PlanStats`).
 """
 
 from .heuristics import HEURISTICS, Heuristic
-from .options import DTR, DTRStats
+from .options import DTR, DTRStats, Planned, PlanStats
 
-__all__ = ["DTR", "DTRStats", "HEURISTICS", "Heuristic"]
+__all__ = ["DTR", "DTRStats", "HEURISTICS", "Heuristic", "PlanStats", "Planned"]

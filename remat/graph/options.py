@@ -1,11 +1,13 @@
-"""What ``rm.Tape(remat=...)`` takes: :class:`DTR` (a heuristic), checked with the tape's
-other options; what ``tape.stats`` of a DTR tape reports (:class:`DTRStats`)."""
+"""What ``rm.Tape(remat=...)`` takes: :class:`DTR` (a heuristic) or :class:`Planned` (the
+optimal plan of the recorded graph), checked with the tape's other options; what
+``tape.stats`` reports: :class:`DTRStats` under DTR, :class:`PlanStats` under a plan."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from ..schedules import GraphCosts, GraphPlan
 from ..units import parse_bytes
 from .heuristics import HEURISTICS
 
@@ -46,28 +48,72 @@ class DTR:
         return f"DTR({self.name!r})"
 
 
-def resolve(remat: Any, memory: Any, **loop_options: Any) -> tuple[DTR, int]:
-    """``(DTR, budget in bytes)`` for ``rm.Tape(remat=..., memory=...)``, refusing what it
-    does not combine with."""
+class Planned:
+    """``rm.Tape(memory=m, remat=Planned(time_limit, relaxed))``: the optimal plan of the
+    recorded graph (:mod:`remat.graph.planned`); ``remat="optimal"`` is ``Planned()``.
+
+    ``time_limit`` (seconds) and ``relaxed`` go to :func:`remat.schedules.plan_graph`;
+    where it finds no plan in time, the runs go on under DTR (``dtr``, whose heuristic
+    also keeps the budget wherever a run cannot follow its plan).  Needs SciPy (the
+    ``milp`` extra): without it, constructing one raises an ImportError naming the extra.
+
+    >>> from remat.graph import Planned
+    >>> Planned(), Planned(time_limit=5, relaxed=True)
+    (Planned(time_limit=30.0, relaxed=False), Planned(time_limit=5.0, relaxed=True))
+    """
+
+    def __init__(self, time_limit: float = 30.0, relaxed: bool = False) -> None:
+        if (
+            isinstance(time_limit, bool)
+            or not isinstance(time_limit, (int, float))
+            or not time_limit > 0
+        ):
+            raise ValueError(
+                f"Planned: time_limit must be a number of seconds > 0, got {time_limit!r}"
+            )
+        if not isinstance(relaxed, bool):
+            raise ValueError(f"Planned: relaxed must be True or False, got {relaxed!r}")
+        try:
+            import scipy.optimize  # type: ignore[import-untyped]  # noqa: F401, PLC0415
+        except ImportError:
+            raise ImportError(
+                "rm.Tape(remat='optimal') plans the recorded graph with HiGHS through "
+                "scipy.optimize.milp: install SciPy (>= 1.10) with the extra: "
+                "pip install \"remat[milp]\" (or use remat='dtr', which needs no plan)"
+            ) from None
+        self.time_limit = float(time_limit)
+        self.relaxed = relaxed
+        self.dtr = DTR()
+
+    @property
+    def name(self) -> str:
+        return "optimal"
+
+    def __repr__(self) -> str:
+        return f"Planned(time_limit={self.time_limit!r}, relaxed={self.relaxed!r})"
+
+
+def resolve(remat: Any, memory: Any, **loop_options: Any) -> tuple[DTR | Planned, int]:
+    """``(DTR or Planned, budget in bytes)`` for ``rm.Tape(remat=..., memory=...)``, refusing
+    what it does not combine with."""
     if remat == "dtr":
         remat = DTR()
     elif remat == "optimal":
-        raise NotImplementedError(
-            "Tape: remat='optimal' (the optimal plan of a recorded graph) is not built yet; "
-            "use remat='dtr'"
-        )
-    elif not isinstance(remat, DTR):
+        remat = Planned()
+    elif not isinstance(remat, (DTR, Planned)):
         raise ValueError(
-            f"Tape: remat must be 'dtr' or a remat.graph.DTR(heuristic) object, got {remat!r}"
+            "Tape: remat must be 'dtr', 'optimal', a remat.graph.DTR(heuristic) or a "
+            f"remat.graph.Planned(time_limit, relaxed) object, got {remat!r}"
         )
+    form = "dtr" if isinstance(remat, DTR) else "optimal"
     if memory is None:
         raise ValueError(
-            "Tape: remat='dtr' keeps the saved values within a byte budget: pass memory="
+            f"Tape: remat={form!r} keeps the saved values within a byte budget: pass memory="
         )
     for name, value in loop_options.items():  # options of loops (None or False: not given)
         if value is not None and value is not False:
             raise ValueError(
-                f"Tape: remat='dtr' with {name}={value!r} is not supported: DTR evicts and "
+                f"Tape: remat={form!r} with {name}={value!r} is not supported: it evicts and "
                 f"recomputes single ops under memory= alone; drop {name}= (or drop remat= to "
                 "plan loops with it)"
             )
@@ -101,3 +147,39 @@ class DTRStats:
     peak_bytes: int = 0
     memory: int = 0
     heuristic: str = ""
+
+
+@dataclass
+class PlanStats(DTRStats):
+    """What one run of a ``Tape(remat="optimal")`` did (``tape.stats``: the latest run, from
+    entering the tape to the end of its backward; see :mod:`remat.graph.planned`).
+
+    Besides :class:`DTRStats`' counts (of this run): ``planned``, whether the run
+    followed a plan to its end; ``method``, the plan's (``plan.method``), or ``"dtr"``
+    when the run did not follow one, with the reason in ``fallback`` (the first run,
+    which records the graph; an op that differed from the plan's, named with its step;
+    a plan that could not be made); ``departures``, the places where a planned run
+    could not do what its plan says (an eviction the plan asks of a value user code
+    still holds, or one DTR made to keep the budget), the first described in
+    ``departed``.  ``plan``, ``graph`` (the joint forward + backward
+    :class:`~remat.schedules.GraphCosts`, measured), ``names`` (a label per graph
+    node), ``solve_seconds``, ``predicted_seconds`` (the compute the plan predicts
+    for a run, forward and VJPs as measured, with its recomputations) and
+    ``predicted_recomputed_ops`` (the op evaluations it recomputes) are those of the
+    plan this run followed, or else of the plan made at its end for the next runs
+    (None, 0.0 if none); ``solved`` says whether this run solved one (False when the
+    plan came from the cache of plans).
+    """
+
+    planned: bool = False
+    method: str = "dtr"
+    fallback: str | None = None
+    solve_seconds: float = 0.0
+    predicted_seconds: float = 0.0
+    predicted_recomputed_ops: int = 0
+    plan: GraphPlan | None = None
+    graph: GraphCosts | None = None
+    names: list[str] | None = None
+    solved: bool = False
+    departures: int = 0
+    departed: str | None = None

@@ -1,0 +1,135 @@
+"""The joint forward + backward graph of a recorded run, as the planner sees it (:func:`joint`).
+
+The plan must keep what DTR counts (:mod:`remat.graph.dtr`) within ``m``, and DTR
+counts the values the records *save*, not the op being evaluated nor what user
+code holds between ops.  So the planner's graph has a node per op whose output a
+record saves (an *op value*), and none for the others: an op whose output no
+record saves is part of the *recipe* of the op values made from it (the unsaved
+ops between it and the op values or leaves it reads).  An op value's node:
+
+* reads the op values its recipe starts from (and, for a view, the op value
+  owning its buffer: keeping a view keeps that buffer);
+* costs the op's measured time plus its recipe's (recomputing it runs them all:
+  the forward ran each once, which :attr:`Joint.forward` counts);
+* holds its buffer's bytes, each buffer once (a view: 0), or, if more, the most
+  bytes its recipe's values take at once while they are recomputed (DTR counts
+  them then; they are gone before the op runs, whose inputs are released first).
+
+Then a gradient node per op reversed, in the sweep's order: it reads the op
+values its record saves and the gradient nodes of the ops that read the op; it
+costs the measured VJP and holds 0 bytes (DTR does not count cotangents).  The
+last gradient node is the graph's output; leaves and constants are not nodes.
+
+The bytes the plan counts: every op value from when its op runs until its last
+reader (or while kept), which is at least what DTR counts of it (from the record
+that saves it until evicted or released, and while a recomputation holds it); within
+``m`` less the constants (DTR counts them from the op that reads them to the end).
+So a run that follows the plan keeps within ``m`` as DTR counts it, and the forward,
+where user code holds what DTR does not count, is not charged for the values no
+record saves.  It is charged, as the planner's model has it, for an op value's
+inputs while it is computed, which DTR does not count as such (it counts an output
+once a record saves it): the plan is conservative there by about a value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..schedules import GraphCosts
+from .recording import Run
+
+
+@dataclass(frozen=True)
+class Joint:
+    """A run's graph for the planner, and how its nodes map to the run's ops (see the module).
+
+    ``ops[c]`` is the op of forward node ``c``; ``node`` maps an op to its node (op
+    values only); ``order`` lists the op of each gradient node; ``evaluations[c]`` is
+    how many ops recomputing node ``c`` evaluates (the op and its recipe).
+    """
+
+    graph: GraphCosts
+    names: list[str]
+    ops: tuple[int, ...]
+    node: dict[int, int]
+    order: tuple[int, ...]
+    evaluations: tuple[int, ...]
+    forward: float
+    fixed: int
+
+
+def joint(run: Run) -> Joint:
+    """The planner's graph of ``run`` (recorded through its backward)."""
+    n, saved = len(run.values), run.saved
+    ops = tuple(sorted(saved))
+    node = {k: c for c, k in enumerate(ops)}
+    starts: list[set[int]] = []  # op -> the op values its recipe starts from
+    recipe: list[set[int]] = []  # op -> the unsaved ops before it, back to op values
+    for k in range(n):
+        begin, steps = set(), set()
+        for j in run.parents[k]:
+            if j in saved:
+                begin.add(j)
+            else:
+                begin |= starts[j]
+                steps |= recipe[j]
+                steps.add(j)
+        starts.append(begin)
+        recipe.append(steps)
+
+    def reading(nodes: set[int]) -> set[int]:  # a view's reader holds its buffer's owner
+        return {node[j] for j in nodes} | {
+            node[run.base[j]] for j in nodes if run.base.get(j) in node
+        }
+
+    owner = [run.base.get(k, k) for k in range(n)]
+    charged: set[int] = set()
+    parents, compute, size, names = [], [], [], []
+    for k in ops:
+        parents.append(tuple(sorted(reading(starts[k]))))
+        compute.append(run.cost[k] + sum(run.cost[j] for j in recipe[k]))
+        own = 0 if owner[k] in charged else run.bytes[owner[k]]
+        size.append(max(own, _holding(run, owner, sorted(recipe[k]), k)))
+        charged.add(owner[k])
+        names.append(f"{run.values[k].op.name} {k}")
+    children: list[list[int]] = [[] for _ in range(n)]
+    for k, p in enumerate(run.parents):
+        for j in p:
+            children[j].append(k)
+    grad = {k: len(ops) + i for i, k in enumerate(run.order)}
+    for k in run.order:
+        seeds = {grad[c] for c in children[k] if c in grad}
+        parents.append(tuple(sorted(reading(set(run.reads[k])) | seeds)))
+        compute.append(run.vjp[k])
+        size.append(0)
+        names.append(f"vjp {run.values[k].op.name} {k}")
+    graph = GraphCosts(
+        tuple(parents), tuple(compute), tuple(size), frozenset(), frozenset({len(parents) - 1})
+    )
+    return Joint(
+        graph,
+        names,
+        ops,
+        node,
+        tuple(run.order),
+        tuple(1 + len(recipe[k]) for k in ops),
+        float(sum(run.cost)),
+        int(sum(run.fixed.values())),
+    )
+
+
+def _holding(run: Run, owner: list[int], steps: list[int], target: int) -> int:
+    """The most bytes of ``steps`` (a recipe, in order) a recomputation of ``target``
+    holds at once: each held from when it is made to its last reader there, each
+    buffer once, those of op values not counted (the plan counts them)."""
+    last = {j: max((k for k in (*steps, target) if j in run.parents[k]), default=j) for j in steps}
+    live: dict[int, int] = {}  # buffer owner -> the last reader of a value in it
+    most = 0
+    for k in steps:
+        for o in [o for o, end in live.items() if end <= k]:  # read for the last time by k
+            del live[o]
+        o = owner[k]
+        if o not in run.saved:
+            live[o] = max(live.get(o, k), last[k])
+        most = max(most, sum(run.bytes[o] for o in live))
+    return most

@@ -1,0 +1,331 @@
+"""The optimal plan of a recorded graph, run on the tape: ``rm.Tape(memory=m, remat="optimal")``.
+
+A training loop runs the same program again and again::
+
+    tape = rm.Tape(memory=m, remat="optimal")   # or remat=remat.graph.Planned(...)
+    for step in range(n):
+        with tape:
+            loss = f(params, x)
+        loss.backward()
+
+Each run (from entering the tape to the end of its backward) is recorded
+(:class:`remat.graph.recording.Run`): per op its signature, its measured time and
+its output's bytes, and in the reverse sweep the order of the VJPs and their times.
+The first run has no plan: it runs under DTR (:mod:`remat.graph.dtr`, so within
+``m``).  When its backward ends (in the hook before the last VJP, which is then
+timed on a cotangent of ones: no hook follows a sweep), its joint forward + backward
+graph (:meth:`~remat.graph.recording.Run.joint`) is planned within ``m`` by
+:func:`remat.schedules.plan_graph`, or the plan is taken from the cache of plans
+(keyed by the graph's signature).  Later runs follow that plan, stage by stage:
+
+* forward stage ``t`` (op ``t`` records, the ``on_record`` hook): first what stage
+  ``t - 1`` no longer holds (held entering it or computed in it, not in
+  ``keep[t - 1]``) is evicted, then the op's record is noted as DTR notes it
+  (:meth:`Cache.record`, which also keeps the budget), and its signature checked
+  against the plan's op ``t``; a value the plan keeps that no record saves is held
+  by the tape itself.  A forward stage's recomputations are not run: user code
+  holds what an op reads, so the value the plan recomputes is still there;
+* VJP stage ``t`` (the ``before_vjp`` hook): what stage ``t - 1`` no longer holds is
+  evicted, then the forward values stage ``t`` computes that it keeps or that the
+  VJP reads are brought back (:meth:`Cache.materialize`, which recomputes them from
+  the values in memory, as the plan does), then those computed only on the way are
+  evicted again (the plan frees them after their last reader in the stage).
+
+What cannot follow the plan keeps the budget by DTR's rules, and says so.  A run
+whose op ``t`` differs from the plan's (another op, shape, dtype, source of an
+input, keyword), that records more or fewer ops, or whose sweep reverses another
+op than the plan's, goes on under DTR from there (``stats.planned`` False,
+``stats.fallback`` names the op and the step); it is recorded all the same, and its
+own graph is planned when its backward ends (the next run follows that).  Where no
+plan can be made (none fits; none in ``time_limit``: :class:`GraphPlanTimeout`; a
+graph over :data:`~remat.graph.recording.MAX_NODES`), runs go on under DTR, with the
+reason in ``stats.fallback``.  Where a value the plan evicts is still held by user
+code (a Tensor it keeps, an op reading it), it is evicted once let go; the budget
+is DTR's to keep meanwhile: :meth:`Cache.make_room` evicts by DTR's heuristic.
+``stats.departures`` counts those evictions and the plan's evictions not made by
+the time the backward starts (``stats.departed`` names the first).
+
+Bytes.  The budget is DTR's: ``tape.stats.peak_bytes`` counts the values the
+records save, each buffer once, the constants the ops read and the values held
+while recomputing, never above ``m`` (:mod:`remat.graph.dtr`).  The plan counts,
+in the planner's model, every forward value from when it is computed to its last
+reader (or while kept) at its buffer's bytes, cotangents at 0, within ``m`` less
+the constants' bytes: at every moment at least what DTR counts of a run that
+follows it, so a run that follows it evicts nothing the plan does not.
+
+Time.  An op costs what DTR measures (from one record to the next: the op and
+the Python code between), a VJP the time from one ``before_vjp`` hook's end to the
+next's start.  ``stats.predicted_seconds`` is what a run under the plan computes:
+every op and VJP once, and the forward values recomputed before VJPs.
+
+Gradients are store-all's bit for bit whatever is followed: every value is the
+same op run on the same inputs (DTR's replay check stands guard).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+from .. import backend
+from ..tape import Record
+from . import dtr
+from .dtr import Cache
+from .options import DTR, Planned, PlanStats
+from .plans import Entry, clear_plans, planned_for
+from .recording import Run
+from .value import Value
+
+__all__ = ["PlannedCache", "cache", "clear_plans", "entered"]
+
+
+def cache(limit: int, remat: DTR | Planned, check_replay: bool | str = True) -> Cache:
+    """The cache a ``Tape(memory=limit, remat=remat)`` keeps its saved values in."""
+    if isinstance(remat, Planned):
+        return PlannedCache(limit, remat, check_replay)
+    return Cache(limit, remat, check_replay)
+
+
+def entered(tape: Any) -> None:
+    """``tape`` (of a DTR or planned cache) is entered; a planned one starts a run, and
+    its list of records drops those of past runs that backward released."""
+    if isinstance(tape.dtr_cache, PlannedCache):
+        tape.records[:] = [r for r in tape.records if not r.freed]
+        tape.dtr_cache.begin()
+    dtr.entered()
+
+
+class PlannedCache(Cache):
+    """A DTR cache that follows the plan of the recorded graph (see the module)."""
+
+    stats: PlanStats
+
+    def __init__(self, limit: int, planned: Planned, check_replay: bool | str = True) -> None:
+        super().__init__(limit, planned.dtr, check_replay)
+        self.pending = None  # the tables from the first op: the plan evicts from there
+        self.options = planned
+        self.next: Entry | None = None  # what the next run follows
+        self.entry: Entry | None = None  # the plan followed now
+        self.run = Run()
+        self.kept: dict[int, tuple[Value, Any]] = {}  # id(Value) -> (it, its array), held
+        self.owed: set[int] = set()  # nodes the plan let go that are still in memory
+        self.planning = False  # the plan is evicting (else DTR's heuristic is)
+        self.vjp_from: tuple[int, float] | None = None  # (node, when its VJP began)
+        self.stats = PlanStats(memory=limit, heuristic=planned.dtr.name)
+
+    # --- a run ---------------------------------------------------------------------
+    def begin(self) -> None:
+        """A run starts (the tape is entered): follow the plan of the last graph planned."""
+        self._drop_released()  # the last record the previous sweep reversed: uncounted
+        self._unkeep()
+        self.run, self.owed, self.vjp_from = Run(), set(), None
+        entry = self.next
+        stats = PlanStats(memory=self.limit, heuristic=self.stats.heuristic)
+        stats.peak_bytes = self.bytes
+        if entry is None:
+            stats.fallback = (
+                "no plan yet: this run records the graph, planned when its backward ends"
+            )
+        else:
+            _describe(stats, entry, solved=False)
+            if entry.plan is None:
+                stats.fallback = entry.reason
+            else:
+                stats.planned, stats.method = True, entry.plan.method
+        self.entry = entry if entry is not None and entry.plan is not None else None
+        self.stats = stats
+        self.time = time.perf_counter()
+
+    def record(self, record: Record, datas: Any, kwargs: Any, out: Any) -> None:
+        """Forward stage ``t``: evict what stage ``t - 1`` let go, note the op, check it."""
+        entry, run = self.entry, self.run
+        t = len(run.values)
+        if entry is not None and (t in entry.at_op or self.owed):
+            self._drop(entry.at_op.get(t, ()))
+        super().record(record, datas, kwargs, out)
+        v = self.values[id(record)]
+        signature = run.add(v, out, self.leaves, self._owner)
+        if entry is not None:
+            self._check(entry, t, signature, v)
+        self.time = time.perf_counter()  # the next op's time starts here
+
+    def _check(self, entry: Entry, t: int, signature: tuple, v: Value) -> None:
+        """Fall back if op ``t`` is not the plan's."""
+        if t >= len(entry.signature) or signature != entry.signature[t]:
+            planned = (
+                f"`{entry.signature[t][0]}` {entry.signature[t][1]}"
+                if t < len(entry.signature)
+                else f"no op (its graph has {len(entry.signature)})"
+            )
+            self._fall_back(
+                f"at step {t} the run recorded `{v.op.name}` {v.shape} where the "
+                f"plan has {planned}, or an input or keyword differs: the program changed"
+            )
+
+    def before_vjp(self, record: Record) -> None:
+        """VJP stage: time the last VJP, follow the plan, put back what the VJP reads."""
+        now = time.perf_counter()
+        run = self.run
+        if self.vjp_from is not None:
+            run.vjp[self.vjp_from[0]] = now - self.vjp_from[1]
+            self.vjp_from = None
+        v = self.values.get(id(record))
+        k = None if v is None else run.node.get(id(v))
+        if v is None or k is None or run.ended:  # not this run's op, or a second sweep
+            if k is not None and self.entry is not None:
+                self._fall_back(f"a second reverse sweep reached `{record.op.name}` (op {k})")
+            super().before_vjp(record)
+            return
+        if run.reachable < 0:
+            self._sweep_starts(k)
+        run.order.append(k)
+        if self.entry is not None:
+            self._stage(self.entry, k, record)
+        super().before_vjp(record)
+        if len(run.order) == run.reachable:
+            run.vjp[k] = _vjp_seconds(record, v)
+            self._end()
+        self.vjp_from = (k, time.perf_counter())
+
+    def _sweep_starts(self, root: int) -> None:
+        self.run.start_sweep(root)
+        if self.entry is None:
+            return
+        self._drop(())
+        for k in sorted(self.owed):
+            v = self.run.values[k]
+            if id(v) in self.resident:
+                self._depart(
+                    f"user code still holds `{v.op.name}` {v.shape} (op {k}) when the "
+                    "backward starts, which the plan evicts"
+                )
+
+    def _stage(self, entry: Entry, k: int, record: Record) -> None:
+        run, n = self.run, len(entry.signature)
+        i = len(run.order) - 1  # the i-th VJP: stage t of the plan
+        t = len(entry.joint.ops) + i
+        if len(run.values) != n or i >= len(entry.order) or entry.order[i] != k:
+            expected = f"op {entry.order[i]}'s" if i < len(entry.order) else "no"
+            self._fall_back(
+                f"VJP {i} of the sweep reverses `{record.op.name}` {record.shape} (op {k} of "
+                f"{len(run.values)}), where the plan of {n} ops has {expected} VJP"
+            )
+            return
+        prev = self.reversing  # the record reversed last is released: its saves uncounted
+        if prev is not None and prev.record.parents is None:
+            self._release_record(prev)
+            self.reversing = None
+        self._drop(entry.drops[t - 1])
+        for j, gone in entry.steps[t]:  # as the plan computes them: each from what is held
+            v = run.values[j]
+            a = self.materialize(v)
+            if not v.slots:  # the records that save it were reversed: the tape holds it
+                self._keep(v, a)
+            self._drop(gone)
+
+    def _end(self) -> None:
+        """The run's backward ends: plan its graph unless it followed its plan to here."""
+        run = self.run
+        run.ended = True
+        if self.entry is not None:
+            return
+        entry, solved = planned_for(run, self.limit, self.options)
+        self.next = entry
+        _describe(self.stats, entry, solved)
+
+    # --- following the plan ---------------------------------------------------------
+    def _drop(self, ops: tuple[int, ...]) -> None:
+        """Evict the values of ``ops`` (and those owed from before) where nothing else
+        holds them; in the forward, one no record saves yet is evicted once one does."""
+        owed = self.owed
+        owed.update(ops)
+        values, forward = self.run.values, self.run.reachable < 0
+        self.planning = True
+        try:
+            for k in list(owed):
+                v = values[k]
+                if id(v) in self.kept:
+                    self._unkeep(v)
+                elif id(v) in self.resident:
+                    if self._freeable(v) is None:
+                        continue  # user code (or the op running) holds it: later
+                    self.evict(v)
+                elif forward and not v.evicted and not v.pinned:
+                    continue  # not saved yet: its reader comes
+                owed.discard(k)
+        finally:
+            self.planning = False
+
+    def _keep(self, v: Value, a: Any) -> None:
+        """Hold ``a``, the array of ``v``, which the plan keeps and no record saves (until
+        the plan lets it go, or DTR needs the room: :meth:`_choose`)."""
+        if id(v) not in self.kept:
+            self.make_room([a], v.record)
+            self.hold(a)
+            self.kept[id(v)] = (v, a)
+
+    def _unkeep(self, v: Value | None = None) -> None:
+        """Let go of what the tape holds for the plan: ``v``'s array, or all."""
+        for key in [id(v)] if v is not None else list(self.kept):
+            self.release(self.kept.pop(key)[1])
+
+    def _choose(self) -> Value | None:
+        """DTR's choice, else a value the tape holds for the plan (let go, not evicted)."""
+        v = super()._choose()
+        if v is None and self.kept:
+            v = next(iter(self.kept.values()))[0]
+        return v
+
+    def evict(self, v: Value) -> None:
+        if id(v) in self.kept and not self.planning:  # DTR needs the room: a departure
+            self._depart(f"DTR let go of `{v.op.name}` {v.shape}, which the plan keeps")
+            self._unkeep(v)
+            return
+        if not self.planning and self.entry is not None:
+            k = self.run.node.get(id(v))
+            self._depart(
+                f"DTR evicted `{v.op.name}` {v.shape} (op {k}) to keep the budget, at op "
+                f"{len(self.run.values)} of the run"
+            )
+        super().evict(v)
+
+    def _depart(self, what: str) -> None:
+        self.stats.departures += 1
+        if self.stats.departed is None:
+            self.stats.departed = what
+
+    def _fall_back(self, reason: str) -> None:
+        """Go on under DTR for the rest of this run."""
+        self.entry = None
+        self._unkeep()
+        self.owed.clear()
+        stats = self.stats
+        stats.planned, stats.method = False, "dtr"
+        stats.fallback = (
+            f"{reason}; the rest of this run is DTR's, and its graph is planned when its "
+            "backward ends"
+        )
+
+
+def _describe(stats: PlanStats, entry: Entry, solved: bool) -> None:
+    stats.plan, stats.graph, stats.names = entry.plan, entry.joint.graph, entry.joint.names
+    stats.solve_seconds, stats.solved = entry.seconds, solved
+    stats.predicted_seconds, stats.predicted_recomputed_ops = entry.predicted()
+
+
+def _vjp_seconds(record: Record, v: Value) -> float:
+    """The time of ``record``'s VJP rules on a cotangent of ones (the sweep's last VJP,
+    which no hook follows), or its forward's where they cannot run so."""
+    args, ans, kw, vjps = record.args, record.ans, record.kwargs or {}, record.op.vjps
+    try:
+        g = backend.xp.ones(record.shape, v.dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = time.perf_counter()
+            for i, node in enumerate(record.parents):
+                if node is not None:
+                    vjps[i](backend.ARRAY_NAMESPACE, g, ans, *args, **kw)
+            return time.perf_counter() - start
+    except Exception:  # noqa: BLE001  (a cost, not a result: the op's own time stands in)
+        return v.cost

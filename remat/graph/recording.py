@@ -1,0 +1,116 @@
+"""What one run of a planned tape records (:class:`Run`), to be planned (:mod:`.joint`).
+
+A :class:`Run` notes, per op recorded (numbered in the order recorded): its
+signature (the op, its output's shape and dtype, where each input came from: an
+earlier op of this run, an array (shape, dtype), a number (its type); its
+keywords), its measured time (DTR's ``Value.cost``: from the previous op's record
+to this one's), the bytes of its output's buffer (0 for a view of an earlier op's
+buffer, whose owner the view's readers then also hold, and for a view of a
+leaf's or a constant's: not counted by the plan), the ops whose output its record
+saves, and the constants it read (counted by DTR from then on); then, in the
+reverse sweep, the order in which the records are reversed and each VJP's time.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from .. import backend
+from .value import Value
+
+
+def _key(value: Any) -> Any:
+    """What a signature keeps of an input or keyword: shape and dtype of an array, the
+    type of a number, the value of anything else small (an axis, a flag)."""
+    if backend.is_array(value):
+        return ("array", value.shape, str(value.dtype))
+    if backend.is_number(value):
+        return ("number", type(value).__name__)
+    try:
+        hash(value)
+    except TypeError:
+        return ("object", type(value).__name__)
+    return value
+
+
+class Run:
+    """What one run records (see the module): the forward nodes, then the sweep."""
+
+    def __init__(self) -> None:
+        self.values: list[Value] = []  # node k -> its Value
+        self.node: dict[int, int] = {}  # id(Value) -> node
+        self.signatures: list[tuple] = []
+        self.parents: list[tuple[int, ...]] = []
+        self.cost: list[float] = []
+        self.bytes: list[int] = []  # node k -> its buffer's bytes (0: a view, or not ours)
+        self.saved: set[int] = set()  # nodes some record saves
+        self.reads: list[tuple[int, ...]] = []  # node k -> the nodes its record saves
+        self.base: dict[int, int] = {}  # a node whose output is a view -> the node owning it
+        self.owners: dict[int, tuple[Any, int]] = {}  # id(buffer) -> (weak ref, first node)
+        self.fixed: dict[int, int] = {}  # id(buffer) -> bytes counted from its reader on
+        self.order: list[int] = []  # the nodes reversed, in the sweep's order
+        self.vjp: dict[int, float] = {}
+        self.reachable = -1  # nodes the sweep will reverse (-1: not started)
+        self.ended = False
+
+    def add(self, v: Value, out: Any, leaves: dict, owner: Any) -> tuple:
+        """Note the new value ``v`` (op ``len(values)``), whose output is ``out``; its signature."""
+        k = len(self.values)
+        sources: list[Any] = []
+        parents = []
+        for u in v.inputs:
+            if type(u) is Value:
+                j = self.node.get(id(u))
+                if j is None:  # a value of an earlier run: a constant to this one
+                    self.fixed[id(u)] = u.size
+                    sources.append(("earlier", u.shape, str(u.dtype)))
+                else:
+                    parents.append(j)
+                    sources.append(("node", j))
+            else:
+                sources.append(_key(u))
+        for a in v.consts:
+            o = owner(a)
+            self.fixed[id(o)] = o.nbytes
+        kwargs = v.kwargs or {}
+        signature = (
+            v.op.name,
+            v.shape,
+            str(v.dtype),
+            tuple(sources),
+            tuple(sorted((name, _key(x)) for name, x in kwargs.items())),
+        )
+        self.values.append(v)
+        self.node[id(v)] = k
+        self.signatures.append(signature)
+        self.parents.append(tuple(sorted(set(parents))))
+        self.cost.append(v.cost)
+        o = owner(out)
+        first = self.owners.get(id(o))
+        if first is not None and first[0]() is o:  # a view of an earlier node's buffer
+            self.base[k] = first[1]
+            self.bytes.append(0)
+        elif id(o) in leaves or id(o) in self.fixed:  # the user's buffer, or a constant's
+            self.bytes.append(0)
+        else:
+            self.owners[id(o)] = (weakref.ref(o), k)
+            self.bytes.append(o.nbytes)
+        reads = []
+        for u, _ in v.saves:
+            j = k if u is None else self.node.get(id(u))
+            if j is not None:
+                self.saved.add(j)
+                reads.append(j)
+        self.reads.append(tuple(sorted(set(reads))))
+        return signature
+
+    def start_sweep(self, root: int) -> None:
+        """The sweep starts at node ``root``: count the nodes it will reverse."""
+        seen, todo = {root}, [root]
+        while todo:
+            for j in self.parents[todo.pop()]:
+                if j not in seen:
+                    seen.add(j)
+                    todo.append(j)
+        self.reachable = len(seen)
