@@ -71,34 +71,16 @@ the extra.  Everything else in :mod:`remat.schedules` runs without it.
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
-from typing import Any
 
 from .graph_costs import GraphCosts, GraphPlan, GraphPlanError, simulate_graph
+from .graph_greedy import OpGraph, Plan, greedy_plan
+from .graph_milp import Model, scipy_parts
 
-
-def _scipy() -> SimpleNamespace:
-    try:
-        from scipy.optimize import (  # type: ignore[import-untyped]  # noqa: PLC0415
-            Bounds,
-            LinearConstraint,
-            linprog,
-            milp,
-        )
-        from scipy.sparse import coo_array, vstack  # type: ignore[import-untyped]  # noqa: PLC0415
-    except ImportError:
-        raise ImportError(
-            "plan_graph solves a MILP with HiGHS through scipy.optimize.milp; install SciPy "
-            '(>= 1.9) with the extra: pip install "remat[milp]"'
-        ) from None
-    return SimpleNamespace(
-        Bounds=Bounds,
-        LinearConstraint=LinearConstraint,
-        coo_array=coo_array,
-        linprog=linprog,
-        milp=milp,
-        vstack=vstack,
-    )
+# the full model up to this many R variables (T (T + 1) / 2: 126 ops); above, windows
+# whose depth keeps the model's R variables to about WINDOWED_R
+FULL_R = 8000
+WINDOWED_R = 6000
+ROUNDINGS = (0.5, 0.3, 0.7, 0.1, 0.9, 0.2, 0.8, 0.99, 0.01)
 
 
 class GraphPlanTimeout(ValueError):
@@ -110,178 +92,22 @@ class GraphPlanTimeout(ValueError):
     """
 
 
-class _Model:
-    """The variables and rows of the MILP for one graph and budget (op indices ``0 .. T-1``)."""
-
-    def __init__(self, costs: GraphCosts, memory: float) -> None:
-        ops = costs.ops
-        index = {node: j for j, node in enumerate(ops)}
-        self.ops, self.T = ops, len(ops)
-        self.parents = [tuple(index[i] for i in costs.parents[k] if i in index) for k in ops]
-        self.children: list[list[int]] = [[] for _ in ops]
-        for k, p in enumerate(self.parents):
-            for i in p:
-                self.children[i].append(k)
-        self.size = [costs.bytes[k] for k in ops]
-        self.outputs = {index[o] for o in costs.outputs}
-        self.cost: list[float] = []
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-        self.integer: list[int] = []
-        self.rows: list[tuple[dict[int, float], float, float]] = []
-        T = self.T
-        last_use = [max(self.children[j], default=-1) for j in range(T)]
-        self.R = [[self._var(costs.compute[ops[j]], 1.0 if j == t else 0.0, 1.0, True)
-                   for j in range(t + 1)] for t in range(T)]  # fmt: skip
-        self.S: list[list[int]] = [[]]
-        for t in range(1, T):
-            row = []
-            for j in range(t):
-                output = j in self.outputs
-                useful = output or last_use[j] >= t
-                row.append(self._var(0.0, 1.0 if output else 0.0, 1.0 if useful else 0.0, True))
-            self.S.append(row)
-        for t in range(T):
-            for k in range(t + 1):
-                for i in self.parents[k]:  # parents computed here or held
-                    self._row({self.R[t][k]: 1, self.R[t][i]: -1, **self._held(t, i, -1)}, None, 0)
-            for j in range(t):
-                self._row({self.R[t][j]: 1, self.S[t][j]: 1}, None, 1)
-                if t + 1 < T:
-                    self._row({self.S[t + 1][j]: 1, self.S[t][j]: -1, self.R[t][j]: -1}, None, 0)
-            if t + 1 < T:
-                self._row({self.S[t + 1][t]: 1, self.R[t][t]: -1}, None, 0)
-            for j in range(t):  # cuts: what is recomputed or held is read here or kept
-                if j in self.outputs:
-                    continue
-                readers = {self.R[t][c]: -1.0 for c in self.children[j] if c <= t}
-                kept = {self.S[t + 1][j]: -1.0} if t + 1 < T else {}
-                self._row({self.R[t][j]: 1, **readers, **kept}, None, 0)
-                self._row({self.S[t][j]: 1, **readers, **kept}, None, 0)
-            self._memory(t, memory)
-
-    def _var(self, cost: float, lo: float, hi: float, integer: bool) -> int:
-        self.cost.append(cost)
-        self.lo.append(lo)
-        self.hi.append(hi)
-        self.integer.append(1 if integer else 0)
-        return len(self.cost) - 1
-
-    def _row(self, coefficients: dict[int, float], lo: float | None, hi: float | None) -> None:
-        inf = float("inf")
-        self.rows.append((coefficients, -inf if lo is None else lo, inf if hi is None else hi))
-
-    def _held(self, t: int, j: int, sign: float) -> dict[int, float]:
-        return {self.S[t][j]: sign} if j < t else {}
-
-    def _memory(self, t: int, memory: float) -> None:
-        """The frees and running bytes of stage ``t``: ``U[t, k] <= memory``."""
-        T, size = self.T, self.size
-        previous: int | None = None
-        frees: dict[int, float] = {}
-        for k in range(t + 1):
-            u = self._var(0.0, 0.0, float(memory), False)
-            if previous is None:
-                start = {self.S[t][j]: -size[j] for j in range(t) if size[j]}
-                self._row({u: 1, self.R[t][0]: -size[0], **start}, 0, 0)
-            else:
-                self._row({u: 1, previous: -1, self.R[t][k]: -size[k], **frees}, 0, 0)
-            frees = {}
-            for i in (*self.parents[k], k):
-                if not size[i] or i in self.outputs:  # free nothing, or kept to the end
-                    continue
-                f = self._var(0.0, 0.0, 1.0, False)
-                frees[f] = size[i]
-                self._row({f: 1, self.R[t][k]: -1}, None, 0)
-                if t + 1 < T:
-                    self._row({f: 1, self.S[t + 1][i]: 1}, None, 1)
-                for c in self.children[i]:
-                    if k < c <= t:
-                        self._row({f: 1, self.R[t][c]: 1}, None, 1)
-            previous = u
-
-    def solve(self, time_limit: float, gap: float) -> Any:
-        """The MILP by HiGHS' branch and bound, within ``time_limit`` seconds."""
-        sp = _scipy()
-        matrix, lo, hi = self._matrix()
-        return sp.milp(
-            self.cost,
-            constraints=sp.LinearConstraint(matrix, lo, hi),
-            bounds=sp.Bounds(self.lo, self.hi),
-            integrality=self.integer,
-            options={"time_limit": max(time_limit, 0.1), "mip_rel_gap": gap, "disp": False},
-        )
-
-    def relax(self, time_limit: float) -> Any:
-        """The LP relaxation (no integrality) by HiGHS' dual simplex, within ``time_limit``."""
-        sp = _scipy()
-        matrix, lo, hi = self._matrix()
-        equal = [r for r in range(len(lo)) if lo[r] == hi[r]]
-        upper = [r for r in range(len(lo)) if hi[r] < float("inf") and lo[r] != hi[r]]
-        lower = [r for r in range(len(lo)) if lo[r] > -float("inf") and lo[r] != hi[r]]
-        return sp.linprog(
-            self.cost,
-            A_ub=sp.vstack([matrix[upper], -matrix[lower]]),
-            b_ub=[hi[r] for r in upper] + [-lo[r] for r in lower],
-            A_eq=matrix[equal],
-            b_eq=[hi[r] for r in equal],
-            bounds=list(zip(self.lo, self.hi)),
-            method="highs-ds",
-            options={"time_limit": max(time_limit, 0.1)},
-        )
-
-    def _matrix(self) -> tuple[Any, list[float], list[float]]:
-        coo_array = _scipy().coo_array
-        rows, cols, vals, lo, hi = [], [], [], [], []
-        for r, (coefficients, low, high) in enumerate(self.rows):
-            for c, v in coefficients.items():
-                rows.append(r)
-                cols.append(c)
-                vals.append(v)
-            lo.append(low)
-            hi.append(high)
-        shape = (len(self.rows), len(self.cost))
-        return coo_array((vals, (rows, cols)), shape=shape).tocsr(), lo, hi
-
-    def plan(self, x: Any, threshold: float = 0.5) -> tuple[list[list[int]], list[set[int]]]:
-        """The plan holding ``S > threshold``, with the least recomputation that needs."""
-        T = self.T
-        held: list[set[int]] = [set()] + [
-            {j for j in range(t) if x[self.S[t][j]] > threshold} for t in range(1, T)
-        ]
-        held.append(set(self.outputs))
-        compute, keep = [], []
-        for t in range(T):
-            need = {t} | {j for j in held[t + 1] if j not in held[t] and j <= t}
-            stack = list(need)
-            while stack:
-                for i in self.parents[stack.pop()]:
-                    if i not in held[t] and i not in need:
-                        need.add(i)
-                        stack.append(i)
-            compute.append(sorted(need))
-            keep.append({j for j in held[t + 1] if j <= t})
-        return compute, keep
-
-
-def _store_all(model: _Model) -> tuple[list[list[int]], list[set[int]]]:
-    last = [max(c, default=-1) for c in model.children]
-    keep = [{j for j in range(t + 1) if last[j] > t or j in model.outputs} for t in range(model.T)]
-    return [[t] for t in range(model.T)], keep
-
-
 def plan_graph(
     costs: GraphCosts,
     memory: float,
     time_limit: float = 30.0,
     gap: float = 1e-6,
     relaxed: bool = False,
+    window: int | None = None,
 ) -> GraphPlan:
     """The least-compute plan for ``costs`` within ``memory`` bytes (see the module).
 
     ``relaxed=True`` skips the MILP and gives the LP relaxation the whole
-    ``time_limit``: a plan by rounding (``method == "lp rounding"``), faster and
-    with no bound on its distance from the optimum.
+    ``time_limit``: a plan by rounding it (``"lp rounding"``) or by the
+    heuristic it guides (``"lp heuristic"``), faster and with no bound on
+    its distance from the optimum.  ``window`` is the depth of the windows
+    (stage ``t`` recomputes only ancestors of its op at most ``window`` edges
+    up): ``None`` chooses (none up to 126 ops), ``0`` solves the full model.
 
     >>> from remat.schedules import GraphCosts, plan_graph
     >>> g = GraphCosts([(), (0,), (1,), (2,), (2, 3), (1, 4)], [0, 1, 1, 1, 1, 1],
@@ -303,50 +129,109 @@ def plan_graph(
             f"plan_graph: time_limit must be > 0 seconds and gap in [0, 1), got {time_limit!r} "
             f"and {gap!r}"
         )
-    _scipy()
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int) or window < 0
+    ):
+        raise ValueError(
+            f"plan_graph: window must be None (choose), 0 (the full model) or a depth >= 1, "
+            f"got {window!r}"
+        )
+    scipy_parts()
     started = time.perf_counter()
-    model = _Model(costs, memory)
-    compute, keep = _store_all(model)
-    store_all = _checked(model, costs, compute, keep, memory, "store all", 0.0, started)
+    graph = OpGraph(costs)
+    check = _Checker(graph, costs, memory, started)
+    store_all = check(_store_all(graph), "store all")
     if store_all is not None:
         return store_all
+    candidates = windows(graph, window)
+    prefix = "" if candidates is None else "windowed "
+    greedy = greedy_plan(graph, memory)
+    found: list[GraphPlan | None] = []
     # the MILP gets 3/5 of the time; if it finds no plan, the LP relaxation the rest
-    result = (
-        None if relaxed else model.solve(0.6 * time_limit - (time.perf_counter() - started), gap)
-    )
-    if result is not None and result.status == 2:
-        raise ValueError(_infeasible(model.T, memory))
+    model = Model(graph, memory, candidates)
+    result = None if relaxed else model.solve(0.6 * time_limit - check.elapsed(), gap)
+    if result is not None and result.status == 2 and candidates is None:
+        raise ValueError(_infeasible(graph.T, memory))
     if result is not None and result.x is not None:
-        method = "optimal" if result.status == 0 else "time limit"
-        compute, keep = model.plan(result.x)
-        bound = getattr(result, "mip_gap", 0.0) or 0.0
-        plan = _checked(model, costs, compute, keep, memory, method, bound, started)
+        method = prefix + ("optimal" if result.status == 0 else "time limit")
+        plan = check(model.plan(result.x, 0.999), method, getattr(result, "mip_gap", 0) or 0.0)
         if plan is None:
             raise GraphPlanError("plan_graph: HiGHS returned a plan the simulator refuses (a bug)")
-        return plan
-    relaxation = model.relax(time_limit - (time.perf_counter() - started))
-    if relaxation.status == 2:
-        raise ValueError(_infeasible(model.T, memory))
-    plans = []
-    if relaxation.x is not None:
-        for threshold in (0.5, 0.3, 0.7, 0.1, 0.9, 0.2, 0.8, 0.99, 0.01):
-            compute, keep = model.plan(relaxation.x, threshold)
-            plan = _checked(model, costs, compute, keep, memory, "lp rounding", 1.0, started)
-            if plan is not None:
-                plans.append(plan)
+        if method == "optimal":
+            return plan
+        found.append(plan)
+    elif result is None or result.status != 2:
+        found += _relaxation(model, check, time_limit - check.elapsed())
+    if greedy is not None:
+        found.append(check(greedy, "heuristic"))
+    plans = [plan for plan in found if plan is not None]
     if not plans:
-        what = (
-            "no rounding of the LP relaxation fits"
-            if relaxation.x is not None
-            else ("the LP relaxation did not finish")
-        )
-        milp = "" if relaxed else "HiGHS found no plan, and "
+        milp = "" if relaxed else "HiGHS found no plan, "
         raise GraphPlanTimeout(
-            f"plan_graph: for {model.T} ops within memory={memory!r} bytes in "
-            f"time_limit={time_limit!r} s, {milp}{what}: give more time or memory, or use "
-            "DTR (Tape(remat='dtr')), which needs no plan"
+            f"plan_graph: for {graph.T} ops within memory={memory!r} bytes in "
+            f"time_limit={time_limit!r} s, {milp}the heuristic found none, and "
+            f"{check.why}: give more time or memory, or use DTR (Tape(remat='dtr')), which "
+            "needs no plan"
         )
     return min(plans, key=lambda p: p.predicted_cost)
+
+
+def windows(graph: OpGraph, window: int | None) -> list[list[int]] | None:
+    """Each stage's candidates: the ancestors of its op within ``window`` edges (None: all).
+
+    ``window=None`` chooses: no windows while the full model has at most
+    ``FULL_R`` R variables, else the deepest windows with at most ``WINDOWED_R``.
+
+    >>> from remat.schedules import GraphCosts
+    >>> from remat.schedules.graph_greedy import OpGraph
+    >>> g = OpGraph(GraphCosts([(), (0,), (1,), (2,), (3,)], [0, 1, 1, 1, 1], [1] * 5, {0}))
+    >>> windows(g, 1)
+    [[0], [0, 1], [1, 2], [2, 3]]
+    """
+    T = graph.T
+    if window == 0 or (window is None and T * (T + 1) // 2 <= FULL_R):
+        return None
+    depth = window or 1
+    chosen = _ancestors(graph, depth)
+    while window is None and depth < T:
+        deeper = _ancestors(graph, depth + 1)
+        if sum(map(len, deeper)) > WINDOWED_R or deeper == chosen:
+            break
+        depth, chosen = depth + 1, deeper
+    return chosen
+
+
+def _ancestors(graph: OpGraph, depth: int) -> list[list[int]]:
+    out = []
+    for t in range(graph.T):
+        seen, frontier = {t}, [t]
+        for _ in range(depth):
+            frontier = [i for k in frontier for i in graph.parents[k] if i not in seen]
+            seen.update(frontier)
+        out.append(sorted(seen))
+    return out
+
+
+def _relaxation(model: Model, check: _Checker, time_limit: float) -> list[GraphPlan | None]:
+    """Plans from the LP relaxation: its roundings, and the heuristic it guides."""
+    relaxation = model.relax(time_limit)
+    if relaxation.status == 2 and not model.windowed:
+        raise ValueError(_infeasible(model.T, check.memory))
+    if relaxation.x is None:
+        check.why = "the LP relaxation did not finish"
+        return []
+    check.why = "no rounding of the LP relaxation fits"
+    x = relaxation.x
+    plans = [check(model.plan(x, threshold), "lp rounding") for threshold in ROUNDINGS]
+    guided = greedy_plan(model.graph, check.memory, lambda j, t: model.held(x, j, t))
+    if guided is not None:
+        plans.append(check(guided, "lp heuristic"))
+    return plans
+
+
+def _store_all(graph: OpGraph) -> Plan:
+    keep = [{j for j in range(t + 1) if graph.useful(j, t)} for t in range(graph.T)]
+    return [[t] for t in range(graph.T)], keep
 
 
 def _infeasible(ops: int, memory: float) -> str:
@@ -356,33 +241,34 @@ def _infeasible(ops: int, memory: float) -> str:
     )
 
 
-def _checked(
-    model: _Model,
-    costs: GraphCosts,
-    compute: list[list[int]],
-    keep: list[set[int]],
-    memory: float,
-    method: str,
-    gap: float,
-    started: float,
-) -> GraphPlan | None:
-    """The plan in node ids, simulated; None if it passes ``memory``."""
-    ops = model.ops
-    plan = GraphPlan(
-        tuple(tuple(ops[j] for j in c) for c in compute),
-        tuple(frozenset(ops[j] for j in k) for k in keep),
-        memory,
-    )
-    result = simulate_graph(plan, costs, memory=float("inf"))
-    if result.peak_bytes > memory:
-        return None
-    return GraphPlan(
-        plan.compute,
-        plan.keep,
-        memory,
-        method,
-        result.cost,
-        result.peak_bytes,
-        gap,
-        time.perf_counter() - started,
-    )
+class _Checker:
+    """Turns plans in op indices into simulated :class:`GraphPlan` s, or None above ``memory``."""
+
+    def __init__(self, graph: OpGraph, costs: GraphCosts, memory: float, started: float):
+        self.graph, self.costs, self.memory, self.started = graph, costs, memory, started
+        self.why = "the MILP's windows admit no plan"
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def __call__(self, plan: Plan, method: str, gap: float = 1.0) -> GraphPlan | None:
+        ops = self.graph.ops
+        compute, keep = plan
+        given = GraphPlan(
+            tuple(tuple(ops[j] for j in c) for c in compute),
+            tuple(frozenset(ops[j] for j in k) for k in keep),
+            self.memory,
+        )
+        result = simulate_graph(given, self.costs, memory=float("inf"))
+        if result.peak_bytes > self.memory:
+            return None
+        return GraphPlan(
+            given.compute,
+            given.keep,
+            self.memory,
+            method,
+            result.cost,
+            result.peak_bytes,
+            gap if method != "store all" else 0.0,
+            self.elapsed(),
+        )
