@@ -104,6 +104,30 @@ def _at(rows, method, share):
                  and round(r.share, 2) == share), None)  # fmt: skip
 
 
+def _optimal_targets(optimal, where, ops):
+    """The optimal plan's target rows at one budget: measured against predicted, solve time."""
+    target = "optimal: measured within 10% of predicted"
+    if optimal is None or not optimal.available:
+        return [[target, where, "not run" if optimal is None else _short(optimal.reason), "n/a"]]
+    if not optimal.predicted_seconds:
+        return [[target, where, f"no prediction: {_short(optimal.reason or '')}", "**no**"]]
+    error = optimal.seconds / optimal.predicted_seconds - 1
+    figure = (
+        f"{optimal.seconds * 1e3:.1f} ms measured, {optimal.predicted_seconds * 1e3:.1f} ms "
+        f"predicted ({error:+.0%})" + (f"; {_short(optimal.reason)}" if optimal.reason else "")
+    )
+    solve = optimal.solve_seconds or 0.0
+    return [
+        [target, where, figure, _met(abs(error) <= 0.10 and not optimal.reason)],
+        [
+            "optimal: solve <= 30 s at 300 ops",
+            where,
+            f"{solve:.2f} s, {ops} ops ({optimal.plan_method})",
+            _met(solve <= 30) if ops <= 300 else "n/a (over 300 ops)",
+        ],
+    ]
+
+
 def _targets(name, rows, ops, x):
     """The target rows of one workload (``x``: its transients): [target, workload, figure,
     met]."""
@@ -111,28 +135,7 @@ def _targets(name, rows, ops, x):
     for share in BUDGETS:
         optimal, dtr = _at(rows, "optimal", share), _at(rows, DTR, share)
         where = f"{name} @ {share:.0%}"
-        if optimal is None or not optimal.available:
-            why = "not run" if optimal is None else _short(optimal.reason)
-            out.append(["optimal: measured within 10% of predicted", where, why, "n/a"])
-        else:
-            error = optimal.seconds / optimal.predicted_seconds - 1
-            out.append(
-                [
-                    "optimal: measured within 10% of predicted",
-                    where,
-                    f"{optimal.seconds * 1e3:.1f} ms measured, "
-                    f"{optimal.predicted_seconds * 1e3:.1f} ms predicted ({error:+.0%})",
-                    _met(abs(error) <= 0.10),
-                ]
-            )
-            out.append(
-                [
-                    "optimal: solve <= 30 s at 300 ops",
-                    where,
-                    f"{optimal.solve_seconds:.2f} s, {ops} ops ({optimal.plan_method})",
-                    _met(optimal.solve_seconds <= 30) if ops <= 300 else "n/a (over 300 ops)",
-                ]
-            )
+        out += _optimal_targets(optimal, where, ops)
         if dtr is None or not dtr.available:
             why = "not run" if dtr is None else _short(dtr.reason)
             out.append([f"{DTR}: runs at this budget", where, why, "**no**"])

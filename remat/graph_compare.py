@@ -170,6 +170,17 @@ class _Method:
         row.bit_identical = same and row.bit_identical is not False
         row.max_grad_diff = max(row.max_grad_diff or 0.0, _max_diff(grads, reference))
 
+    def ran(self, tape: Any) -> None:
+        """What a run under a budget tells: the largest peak of its runs, and for the
+        optimal mode, a run that did not follow its plan (noted in ``reason``)."""
+        row = self.row
+        if row.budget is None:
+            return
+        row.tape_peak_bytes = max(row.tape_peak_bytes or 0, tape.stats.peak_bytes)
+        if row.method == "optimal" and not tape.stats.planned and row.reason is None:
+            why = getattr(tape.stats, "fallback", None) or tape.stats.method
+            row.reason = f"a run did not follow the plan: {why}"
+
 
 def _make_tape(method: str, budget: int | None) -> Callable[[], Any] | None:
     if method == "store_all":
@@ -204,18 +215,16 @@ def _first_run(method: _Method, counted_base: int) -> None:
         row.available, row.reason = False, f"{type(error).__name__}: {error}"
         return
     method.first_grads = grads
+    method.ran(tape)
     stats: Any = getattr(tape, "stats", None)
     if row.method == "checkpoint":
         row.recomputed_ops = sum(counted.values()) - counted_base
     elif row.method != "store_all":
-        row.tape_peak_bytes = stats.peak_bytes
         row.recomputed_ops, row.evictions = stats.recomputed_ops, stats.evictions
     if row.method == "optimal":
         row.solve_seconds = stats.solve_seconds
         row.predicted_seconds = stats.predicted_seconds
         row.plan_method = stats.method
-        if not stats.planned:
-            row.reason = f"this run did not follow a plan ({stats.method})"
 
 
 def _timed_rounds(methods: Sequence[_Method], repeats: int, reference: list[Any]) -> None:
@@ -243,8 +252,7 @@ def _timed_rounds(methods: Sequence[_Method], repeats: int, reference: list[Any]
                 continue
             row.seconds_runs.append(time.perf_counter() - start)
             method.check(grads, reference)
-            if row.budget is not None:
-                row.tape_peak_bytes = max(row.tape_peak_bytes or 0, tape.stats.peak_bytes)
+            method.ran(tape)
 
 
 def compare_graph(

@@ -105,13 +105,13 @@ NEGATIVE_SIZE = re.compile(r"-[0-9.]")  # "-3MiB": a (refused) value, not an opt
 
 
 def sizes_as_values(argv):
-    """``--memory -3MiB`` as ``--memory=-3MiB``: argparse takes a value that starts
-    with "-" for an option unless it is a bare number, and would answer "expected
-    one argument" instead of saying what is wrong with the size."""
+    """``--memory -3MiB`` as ``--memory=-3MiB`` (and ``--budgets``' first value): argparse
+    takes a value that starts with "-" for an option unless it is a bare number, and
+    would answer "expected one argument" instead of saying what is wrong with the size."""
     argv = list(argv)
     for k in range(len(argv) - 1, 0, -1):
-        if argv[k - 1] == "--memory" and NEGATIVE_SIZE.match(argv[k]):
-            argv[k - 1 : k + 1] = [f"--memory={argv[k]}"]
+        if argv[k - 1] in ("--memory", "--budgets") and NEGATIVE_SIZE.match(argv[k]):
+            argv[k - 1 : k + 1] = [f"{argv[k - 1]}={argv[k]}"]
     return argv
 
 

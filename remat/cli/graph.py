@@ -99,10 +99,11 @@ def compare_graph_workload(args, out):
     public = [{key: getattr(row, key) for key in PUBLIC} for row in rows]
     saved = rows[0].tape_peak_bytes
     if args.format == "json":
+        heading = compare_heading(args, workload.description)
+        del heading["steps"]  # a graph has no steps
         write_json(
             dict(
-                **compare_heading(args, workload.description),
-                graph=args.graph,
+                **{**heading, "workload": args.graph},
                 size=args.size,
                 store_all_saved_bytes=saved,
                 method=(
@@ -207,6 +208,16 @@ def graph_figure(rows, title):
                 "o-",
                 color=colors[method],
                 label=method,
+            )
+        planned = [r for r in shown if r.predicted_seconds and getattr(r, key) is not None]
+        if planned:  # the optimal plan's prediction beside its measured time
+            base = shown[0].seconds  # store-all's
+            ax.plot(
+                [getattr(r, key) / MiB for r in planned],
+                [r.predicted_seconds / base for r in planned],
+                "x--",
+                color=colors["optimal"],
+                label="optimal, predicted",
             )
         ax.axhline(1.0, color="gray", lw=0.8, ls=":")
         ax.set_xlabel(what)

@@ -29,7 +29,7 @@ def test_compare_graph_json_carries_every_row(capsys):
     argv = [*TINY, "--methods", "store_all,dtr:lru", "--budgets", "0.5", "--format", "json"]
     assert cli.main(argv) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["ok"] and document["graph"] == "unet" and document["size"] == 2
+    assert document["ok"] and document["workload"] == "unet" and document["size"] == 2
     (store_all, lru) = document["rows"]
     assert store_all["method"] == "store_all" and store_all["tape_peak_bytes"] == 458752
     assert lru["budget"] == 458752 // 2 and lru["tape_peak_bytes"] <= lru["budget"]
@@ -69,6 +69,8 @@ def test_compare_graph_fails_when_a_gradient_differs(monkeypatch, capsys):
         (["--graph", "unet", "--budgets", "0"], "budget '0' is out of range"),
         (["--graph", "unet", "--budgets", "1.5"], "a fraction in (0, 1]"),
         (["--graph", "unet", "--budgets", "3 parsecs"], "is not a size"),
+        # a negative size was read as an option ("expected at least one argument")
+        (["--graph", "unet", "--budgets", "-3MiB"], "at least 1 byte, got '-3MiB'"),
         (["--graph", "unet", "--steps", "3"], "drop --steps"),
         (["--graph", "unet", "--workload", "rnn"], "drop --workload"),
         (["--graph", "unet", "--size", "0"], "--size must be positive and finite"),
@@ -100,3 +102,24 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, capsys, tmp_path):
         cli.main([*TINY, "--plot", str(tmp_path / "x.png")])
     assert exit.value.code == 2
     assert "--plot needs matplotlib: pip install 'remat[plot]'" in capsys.readouterr().err
+
+
+def test_the_figure_draws_the_optimal_plans_prediction_beside_its_time():
+    pytest.importorskip("matplotlib", reason="the figure needs matplotlib")
+    from remat.cli.graph import graph_figure
+
+    row = gc.GraphRow
+    rows = [
+        row("store_all", None, None, seconds=0.01, time_ratio=1.0, tape_peak_bytes=2**20,
+            traced_peak_bytes=2**21),
+        row("optimal", 2**19, 0.5, seconds=0.012, time_ratio=1.2, tape_peak_bytes=2**19,
+            traced_peak_bytes=2**20, predicted_seconds=0.011),
+        row("dtr:lru", 2**19, 0.5, available=False, reason="MemoryError: too tight"),
+    ]  # fmt: skip
+    counted, traced = graph_figure(rows, "title").axes
+    lines = {line.get_label(): line for line in counted.get_lines()}
+    assert set(lines) >= {"store_all", "optimal", "optimal, predicted"} and "dtr:lru" not in lines
+    assert list(lines["optimal, predicted"].get_xdata()) == [0.5]
+    assert list(lines["optimal, predicted"].get_ydata()) == pytest.approx([1.1])
+    assert list(lines["optimal"].get_ydata()) == [1.2]
+    assert [line.get_xdata()[0] for line in traced.get_lines()[:2]] == [2.0, 1.0]
