@@ -31,10 +31,11 @@
 #   when they would pass `m` bytes it *evicts* one, chosen by a heuristic, and
 #   recomputes it from its inputs when backward needs it. No plan, no graph known in
 #   advance.
-# * **An optimal plan** (Checkmate, Jain et al. 2020): given the whole joint
-#   forward + backward graph and its costs, a mixed-integer program chooses which
-#   values each stage computes and which it keeps, at the least total compute
-#   within the budget (`rm.schedules.plan_graph`).
+# * **An optimal plan** (Checkmate, Jain et al. 2020):
+#   `rm.Tape(memory=m, remat="optimal")` records the first run's joint forward +
+#   backward graph with its measured costs, and a mixed-integer program
+#   (`rm.schedules.plan_graph`) chooses which values each stage computes and which
+#   it keeps, at the least total compute within `m`; the later runs follow that plan.
 #
 # This notebook takes a small U-Net, shows why a chain schedule does not fit it,
 # measures store-all, `rm.checkpoint` placed by hand per block, DTR with each of its
@@ -65,7 +66,7 @@ from remat.graph import DTR, HEURISTICS, dtr
 from remat.graph_compare import compare_graph, failures_of
 from remat.graph_workloads import unet
 from remat.plot_graph import graph_diagram
-from remat.schedules import GraphCosts, plan_graph, simulate_graph
+from remat.schedules import GraphCosts, simulate_graph
 from remat.tape import Record
 
 
@@ -84,7 +85,7 @@ def show(fig, alt):
 
 KiB = 2**10
 model = unet(levels=2, width=8, length=128, batch=4)
-params, inputs, loss_of = model
+params = model.params
 print(model.description)
 print(f"{sum(p.size for p in params)} parameters in {len(params)} tensors")
 size = model.measure()
@@ -100,12 +101,12 @@ print(f"one forward records {size.ops} ops, which save {size.saved_bytes / KiB:.
 # convolution; back up, each level repeats positions, concatenates the skip and
 # convolves. A recording tape lists each op and, for each input, the record that
 # made it: that is the forward graph. The backward pass is part of the graph too:
-# the VJP of op `k` reads what op `k` saved and the gradients flowing back from
-# `k`'s readers. `GraphCosts.joint` adds one gradient node per op, and the planner
-# works on that joint graph.
+# `GraphCosts.joint` adds one gradient node per op, the VJP of op `k`, which reads
+# the gradients flowing back from `k`'s readers and `k`'s inputs (what a VJP may
+# need); the planner works on that joint graph.
 #
-# Here each op costs one unit and holds its output's bytes: a simple model, enough
-# to see the structure.
+# Here each op costs one unit and holds its output's bytes (a slice counted as a
+# copy): a simple model, enough to see the structure.
 
 # %%
 def recorded_graph(records, loss):
@@ -119,9 +120,17 @@ def recorded_graph(records, loss):
     graph = GraphCosts.joint(parents, [1] * len(records), nbytes, inputs=(),
                              loss=node[id(loss.record)])
     names = [r.op.name for r in records]
-    return graph, names + ["d " + names[k] for k in sorted(node.values(), reverse=True)]
+    names += ["d " + names[k] for k in sorted(node.values(), reverse=True)]
+    assert len(names) == graph.nodes  # every op is on the way to the loss
+    return graph, names
 
 
+def run(tape):
+    """One forward and backward of the U-Net on ``tape``: the gradients."""
+    return [g.copy() for g in model.loss_and_gradients(tape)[1]]
+
+
+reference = run(rm.Tape())  # store-all's gradients
 with rm.Recorder() as recording:
     loss = model.forward()
 graph, names = recorded_graph(recording.records, loss)
@@ -151,23 +160,24 @@ show(fig,
 
 # %%
 readers = graph.children
-crossing = []  # for each cut after forward op i: (values live across it, their bytes)
+live = []  # for each cut after forward op i: the values made before it and read after it
 for i in range(forward_ops - 1):
-    live = [j for j in range(i + 1)
-            if any(i < c < forward_ops for c in readers[j])]
-    crossing.append((len(live), sum(graph.bytes[j] for j in live)))
-values = [n for n, _ in crossing]
-print(f"values live across a cut: from {min(values)} to {max(values)}")
-assert max(values) >= 3  # a chain would carry one
+    live.append([j for j in range(i + 1) if any(i < c < forward_ops for c in readers[j])])
+counts = [len(values) for values in live]
+print(f"values live across a cut of the forward pass: from {min(counts)} to {max(counts)}")
+widest = counts.index(max(counts))
+print(f"after op {widest} ({names[widest]}):",
+      ", ".join(f"{names[j]} {j}" for j in live[widest]))
+assert max(counts) >= 3  # a chain would carry one
 
 fig, ax = plt.subplots(figsize=(9, 2.8))
-ax.step(range(1, forward_ops), [b / KiB for _, b in crossing], where="mid", color="tab:blue")
+ax.step(range(1, forward_ops), counts, where="mid", color="tab:blue")
 ax.set_xlabel("cut after forward op")
-ax.set_ylabel("KiB live across it")
+ax.set_ylabel("values live across it")
 ax.set_title("the state a chain schedule would have to carry at each cut")
 fig.tight_layout()
 show(fig,
-     "Step plot of the kilobytes of values computed before and read after each cut of the "
+     "Step plot of the number of values computed before and read after each cut of the "
      "U-Net's forward pass: rising through the encoder as skips accumulate, falling through "
      "the decoder")
 
@@ -192,19 +202,29 @@ show(fig,
 # at budgets `b` that are shares of store-all's saved bytes. Time is the median of
 # interleaved runs over store-all's; memory is the tape's own count of saved bytes
 # (`tape.stats.peak_bytes`, never above `b`) and the tracemalloc peak of the whole
-# forward and backward (gradients, inputs and Python's objects included).
+# forward and backward (gradients, inputs and Python's objects included). The
+# optimal mode's first run at each budget records and solves (the solve time is in
+# the last column) and is not timed.
+#
+# The ops here take microseconds, so the times are mostly the tapes' own bookkeeping
+# per op, and they are those of the (shared, two-core) machine that wrote this
+# notebook: read them as rough. The ops recomputed are exact counts, the same on
+# every run for `lru` and `largest_first` (`h_dtr` and `h_dtr_eq` weigh measured
+# times, so their choices can change from run to run).
 
 # %%
-BUDGETS = (0.75, 0.5)
+BUDGETS = (0.75, 0.6)
 rows = compare_graph(model, BUDGETS, repeats=7)
-print(f"{'method':<26}{'time':>6}{'held KiB':>10}{'traced KiB':>11}{'recomputed':>11}")
+print(f"{'method':<26}{'time':>6}{'held KiB':>10}{'traced KiB':>11}{'recomputed':>11}"
+      "  plan (solve time)")
 for row in rows:
     if not row.available:
         print(f"{row.label:<26}  did not run: {row.reason[:70]}")
         continue
     held = "" if row.tape_peak_bytes is None else f"{row.tape_peak_bytes / KiB:.0f}"
+    plan = "" if row.plan_method is None else f"  {row.plan_method} ({row.solve_seconds:.1f} s)"
     print(f"{row.label:<26}{row.time_ratio:>5.2f}x{held:>10}"
-          f"{row.traced_peak_bytes / KiB:>11.0f}{row.recomputed_ops:>11}")
+          f"{row.traced_peak_bytes / KiB:>11.0f}{row.recomputed_ops:>11}{plan}")
 assert not failures_of(rows)  # every run's gradients are store-all's, every tape within b
 ran = [row for row in rows if row.available]
 assert all(row.bit_identical for row in ran)
@@ -214,8 +234,8 @@ assert all(row.bit_identical for row in ran)
 # quantity a budget bounds (for per-block checkpointing, what it holds between the
 # forward and the backward: `model.measure(wrap=rm.checkpoint)`). On the right, the
 # tracemalloc peak of the whole run: at these tiny sizes the gradients, the inputs,
-# the values in flight and DTR's own bookkeeping (about a kilobyte a record) are a
-# large part of it, so the saving is smaller there than on the left.
+# the values in flight and the tapes' own bookkeeping (a kilobyte or two a record
+# under DTR) are a large part of it, so the saving is smaller there than on the left.
 
 # %%
 checkpoint_held = model.measure(wrap=rm.checkpoint).saved_bytes
@@ -254,8 +274,10 @@ show(fig,
 # To see DTR's choices, count them as it runs: the cell below wraps the cache's
 # `evict` and the function that recomputes one value, for one run, keyed by the
 # record each value belongs to. (This looks inside `remat.graph.dtr`; `tape.stats`
-# gives the totals.) The tape's records are the same ops in the same order as the
-# recording above, so each maps to its node of the graph.
+# gives only the totals.) The tape records the same ops in the same order as the
+# run that made the graph above, so record `k` is node `k`. `lru` is used here
+# because its choices do not depend on measured times: the picture is the same on
+# every run.
 
 # %%
 @contextlib.contextmanager
@@ -280,67 +302,99 @@ def watching_dtr():
         dtr.Cache.evict, dtr._recompute = evict, recompute
 
 
-reference = [g.copy() for g in model.loss_and_gradients(rm.Tape())[1]]
+budget = int(0.6 * size.saved_bytes)
+tape = rm.Tape(memory=budget, remat=DTR("lru"))
 for p in params:
     p.grad = None
-budget = int(0.5 * size.saved_bytes)
-tape = rm.Tape(memory=budget, remat=DTR("lru"))
 with watching_dtr() as (evicted, recomputed):
     with tape:
         loss = model.forward()
-    seqs = {record.seq: k for k, record in enumerate(tape.records)}
-    run_graph, _ = recorded_graph(tape.records, loss)
+    node = {record.seq: k for k, record in enumerate(tape.records)}
+    assert [r.op.name for r in tape.records] == [n.split()[0] for n in names[:forward_ops]]
     loss.backward()
-grads = [p.grad for p in params]
-for p in params:
-    p.grad = None
-assert all(np.array_equal(g, r) for g, r in zip(grads, reference))
-assert run_graph.parents == graph.parents  # the same graph as recorded above
-again = {seqs[s]: n for s, n in recomputed.items()}
-print(f"DTR('lru') at {budget / KiB:.0f} KiB: {tape.stats.evictions} evictions, "
-      f"{tape.stats.recomputed_ops} ops recomputed, peak {tape.stats.peak_bytes / KiB:.0f} KiB")
-assert sum(evicted.values()) == tape.stats.evictions
-assert sum(again.values()) == tape.stats.recomputed_ops
-by_op = Counter()
-for k, n in again.items():
-    by_op[names[k]] += n
-print("recomputations by op:", by_op.most_common())
+assert all(np.array_equal(p.grad, r) for p, r in zip(params, reference))
+stats = tape.stats
+dtr_recomputed = stats.recomputed_ops
+print(f"DTR('lru') at {budget / KiB:.0f} KiB: {stats.evictions} evictions, "
+      f"{stats.recomputed_ops} ops recomputed, peak {stats.peak_bytes / KiB:.0f} KiB")
+assert sum(evicted.values()) == stats.evictions
+assert sum(recomputed.values()) == stats.recomputed_ops and stats.peak_bytes <= budget
+for what, counted in (("evicted", evicted), ("recomputed", recomputed)):
+    by_op = Counter()
+    for seq, n in counted.items():
+        by_op[names[node[seq]].split()[0]] += n
+    print(f"{what}, by op:", ", ".join(f"{op} {n}" for op, n in by_op.most_common()))
 
 fig, ax = plt.subplots(figsize=(14, 5))
-graph_diagram(graph, names=names, recomputed=again, ax=ax,
-              title=f"DTR('lru') at 50% of store-all's saved bytes: "
-                    f"{tape.stats.recomputed_ops} recomputations")
+graph_diagram(graph, names=names, ax=ax,
+              recomputed={node[seq]: n for seq, n in recomputed.items()},
+              title=f"DTR('lru') at 60% of store-all's saved bytes: "
+                    f"{stats.recomputed_ops} recomputations")
 show(fig,
-     "The U-Net's graph with the values DTR with the LRU heuristic recomputed at half of "
+     "The U-Net's graph with the values DTR with the LRU heuristic recomputed at 60% of "
      "store-all's saved bytes in orange, each with its count, and the values it kept in "
      "dark blue")
 
 # %% [markdown]
+# DTR evicted only a few values, yet recomputed several times as many ops. To bring
+# back an evicted value it evaluates its op again, which needs the op's inputs: those
+# still in memory are read, the others are recomputed first, recursively. Many of
+# the U-Net's intermediates (the padded signal, its three slices, their
+# concatenation) are saved by no record, since no VJP reads them, so they are not in
+# memory when backward asks for a convolution's output: each recomputation walks back
+# to the nearest value that is. The heuristic sees only the value it evicts; the plan
+# below sees the whole graph.
+
+# %% [markdown]
 # ## The optimal plan, drawn
 #
-# `rm.schedules.plan_graph(graph, m)` solves Checkmate's mixed-integer program with
-# HiGHS (`scipy.optimize.milp`) on the joint graph: which values each stage computes
-# and which it keeps, at the least total compute, with every moment within `m` bytes
-# in its memory model (`docs/guide/graph_plan.md`). The plan is data: `simulate_graph`
-# checks it and prices it without the solver, and `graph_diagram` draws it.
+# Now the same budget under `rm.Tape(memory=b, remat="optimal")`. Its first run
+# records the graph (under DTR, so within `b` already) and, when its backward ends,
+# hands it with the measured costs to `rm.schedules.plan_graph`, which solves
+# Checkmate's mixed-integer program with HiGHS (`scipy.optimize.milp`): which values
+# each stage computes and which it keeps, at the least total compute within `b`
+# (`docs/guide/graph_plan.md`). The plan is cached by the graph's signature; the
+# second run finds it and follows it. `tape.stats` says how the plan was found
+# (`method`: `optimal` when HiGHS proved it, `time limit` when time ran out with a
+# plan within a gap of the optimum, or a heuristic's plan), how long solving took,
+# and what the run did.
+#
+# The planner's graph (`tape.stats.graph`, with a label per node in
+# `tape.stats.names`) is not the one drawn above. A budget counts the values that
+# records *save*, so the planner has a node per op whose output some record saves
+# (an *op value*); the ops in between (the padding, the slices, ...) are the
+# *recipe* of the op values made from them, recomputed with them. Then one node per
+# VJP, as before. Placing each node at the index of its op puts every VJP under its
+# op again. The plan is data: `simulate_graph` checks and prices it without the
+# solver, and `graph_diagram` draws it.
 
 # %%
-store_all = plan_graph(graph, sum(graph.bytes))  # everything fits: no solve
-m = int(0.9 * store_all.predicted_peak_bytes)
-plan = plan_graph(graph, m, time_limit=10)
-result = simulate_graph(plan, graph)
-print(f"store all: cost {store_all.predicted_cost}, "
-      f"peak {store_all.predicted_peak_bytes / KiB:.0f} KiB")
-print(f"{plan.method} plan within {m / KiB:.0f} KiB: cost {result.cost}, "
-      f"peak {result.peak_bytes / KiB:.0f} KiB, {plan.recomputed} recomputation(s), "
-      f"solved in {plan.solve_seconds:.1f} s, within {plan.gap:.0%} of the optimum")
-assert result.peak_bytes <= m and result.cost >= store_all.predicted_cost
+tape = rm.Tape(memory=budget, remat="optimal")
+assert all(np.array_equal(g, r) for g, r in zip(run(tape), reference))  # recorded, planned
+print("first run:", tape.stats.method, "-", tape.stats.fallback)
+assert all(np.array_equal(g, r) for g, r in zip(run(tape), reference))  # follows the plan
+stats = tape.stats
+assert stats.planned, stats.fallback
+plan, planned = stats.plan, stats.graph
+result = simulate_graph(plan, planned)
+values = sum(not name.startswith("vjp ") for name in stats.names)
+print(f"the planner's graph: {values} op values of {forward_ops} ops, "
+      f"{planned.nodes - values} VJP nodes")
+print(f"second run: {stats.method} plan, solved in {stats.solve_seconds:.1f} s; "
+      f"{stats.recomputed_ops} ops recomputed (DTR('lru'): {dtr_recomputed}); "
+      f"peak {stats.peak_bytes / KiB:.0f} KiB of {budget / KiB:.0f}")
+print(f"predicted compute {stats.predicted_seconds * 1e3:.2f} ms, "
+      f"store-all's {sum(planned.compute) * 1e3:.2f} ms (measured op by op)")
+assert stats.peak_bytes <= budget and result.peak_bytes <= plan.memory
 
 fig, ax = plt.subplots(figsize=(14, 5))
-graph_diagram(graph, plan, names=names, ax=ax)
+graph_diagram(planned, plan, names=stats.names, forward=values, ax=ax,
+              columns=[int(name.split()[-1]) for name in stats.names])  # the op's index
 show(fig,
-     "The U-Net's graph coloured by the plan at 90% of store-all's peak: values "
-     "kept to their last use in dark blue, values recomputed in orange with their counts")
+     "The planner's graph of the U-Net (a node per saved op value above, a node per VJP "
+     "below, each at its op's index) coloured by the plan at 60% of store-all's saved "
+     "bytes: values kept to their last use in dark blue, values recomputed in orange with "
+     "their counts")
 
 # %% [markdown]
 # ## Exactness
@@ -351,3 +405,10 @@ show(fig,
 # array by array). DTR checks each recomputed value against a fingerprint taken when it
 # was evicted, so an op that is not deterministic raises `rm.ReplayError` rather than
 # give other gradients.
+
+# %%
+checked = [row for row in rows if row.available]
+assert all(row.bit_identical for row in checked) and not failures_of(rows)
+runs = sum(len(row.seconds_runs) + 1 for row in checked)
+print(f"{len(checked)} methods and budgets, {runs} runs: every gradient bit for bit "
+      "store-all's, every tape within its budget")

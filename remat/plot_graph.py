@@ -132,17 +132,21 @@ def _mirror(graph: S.GraphCosts, backward: list[int]) -> list[int] | None:
     return order
 
 
-def graph_layout(graph: S.GraphCosts, forward: int | None = None) -> dict[int, tuple[float, float]]:
+def graph_layout(
+    graph: S.GraphCosts, forward: int | None = None, columns: Sequence[float] | None = None
+) -> dict[int, tuple[float, float]]:
     """Where :func:`graph_diagram` puts each node that is not an input: ``{node: (x, y)}``.
 
-    Forward ops at ``y = 0``, ``x`` counting them in order; gradient nodes at
-    ``y = -3.2``.  Which nodes are gradient nodes: those from ``forward`` on
-    (``forward`` counts the forward nodes), or by default, for a graph made by
-    :meth:`~remat.schedules.GraphCosts.joint`, those that follow from the
-    loss, each put under its op.  Otherwise the gradient nodes are spread over
-    the same width from right to left, in their order: under their ops when
-    the backward pass reverses every op in the reverse of the forward order,
-    as a tape's sweep does.
+    Forward ops at ``y = 0``, gradient nodes at ``y = -3.2``.  Which nodes are
+    gradient nodes: those from ``forward`` on (``forward`` counts the forward
+    nodes), or by default, for a graph made by
+    :meth:`~remat.schedules.GraphCosts.joint`, those that follow from the loss.
+    ``x``: ``columns[node]`` if given (say, the index of the op a node stands
+    for, so that a gradient node goes under its op); else the forward ops are
+    counted in order, and each gradient node goes under its op in a
+    :meth:`~remat.schedules.GraphCosts.joint` graph, or else the gradient nodes
+    are spread over the same width from right to left, in their order (under
+    their ops when the backward pass reverses every op, as a tape's sweep does).
 
     >>> from remat.schedules import GraphCosts
     >>> from remat.plot_graph import graph_layout
@@ -160,9 +164,15 @@ def graph_layout(graph: S.GraphCosts, forward: int | None = None) -> dict[int, t
             f"graph_layout: forward={forward!r} must count the forward nodes, 1..{graph.nodes}"
         )
     later = set(backward)
-    where = {
-        node: (float(x), ROWS[0]) for x, node in enumerate(i for i in graph.ops if i not in later)
-    }
+    ahead = [i for i in graph.ops if i not in later]
+    if columns is not None:
+        if len(columns) != graph.nodes:
+            raise ValueError(
+                f"graph_layout: columns has {len(columns)} entries for {graph.nodes} nodes"
+            )
+        where = {i: (float(columns[i]), ROWS[0]) for i in ahead}
+        return where | {v: (float(columns[v]), ROWS[1]) for v in backward}
+    where = {node: (float(x), ROWS[0]) for x, node in enumerate(ahead)}
     if mirror is not None:
         where.update({v: (where[k][0], ROWS[1]) for k, v in zip(mirror, backward)})
     else:
@@ -193,6 +203,7 @@ def graph_diagram(
     recomputed: Mapping[int, int] | None = None,
     title: str | None = None,
     forward: int | None = None,
+    columns: Sequence[float] | None = None,
 ) -> Figure:
     """Draw ``graph`` (forward ops above, gradient nodes below) coloured by ``plan``.
 
@@ -200,8 +211,10 @@ def graph_diagram(
     that was not planned (DTR), pass ``recomputed``, a ``{node: times}``
     mapping, instead; with neither, the graph is drawn stored whole.
     ``names`` labels each node (``names[node]``: its op's name), by default its
-    id; ``forward`` counts the forward nodes where the graph does not tell
-    (:func:`graph_layout`).  See the module for what the picture shows.
+    id (a gradient node is labelled where no forward op is above it);
+    ``forward`` counts the forward nodes where the graph does not tell, and
+    ``columns`` places each node across (:func:`graph_layout`).  See the
+    module for what the picture shows.
 
     >>> from remat.schedules import GraphCosts, plan_graph
     >>> from remat.plot_graph import graph_diagram
@@ -212,8 +225,9 @@ def graph_diagram(
     'optimal plan: 8 kept, 1 recomputed once; cost 16, peak 20 bytes (budget 20 bytes)'
     """
     fates = value_fates(graph, plan, recomputed)
-    where = graph_layout(graph, forward)
-    width = max(x for x, _ in where.values()) + 1
+    where = graph_layout(graph, forward, columns)
+    left = min(x for x, _ in where.values())
+    width = max(x for x, _ in where.values()) - left + 1
     fig, ax = _axes(ax, figsize=(min(max(8.0, 0.22 * width), 30.0), 5.0))
     paths, colours = [], []
     for node, (x, y) in where.items():
@@ -237,9 +251,8 @@ def graph_diagram(
         linewidths=0.5,
         zorder=3,
     )
-    labelled = {i for i in nodes if where[i][1] == ROWS[0]}
-    if {x for x, y in where.values() if y == ROWS[1]} - {where[i][0] for i in labelled}:
-        labelled = set(nodes)  # the gradient row is not under its ops: label it too
+    above = {x for x, y in where.values() if y == ROWS[0]}
+    labelled = {i for i in nodes if where[i][1] == ROWS[0] or where[i][0] not in above}
     for i in nodes:
         x, y = where[i]
         top = y == ROWS[0]
@@ -251,13 +264,13 @@ def graph_diagram(
             ax.text(x, y + (0.2 if top else -0.2), str(fates[i][1]), fontsize=7, ha="center",
                     va="bottom" if top else "top", color=GRAPH_COLOURS["recomputed"])  # fmt: skip
     for y, row in zip(ROWS, ("forward", "backward")):
-        ax.text(-1.0, y, row, ha="right", va="center", fontsize=8, style="italic")
+        ax.text(left - 1.0, y, row, ha="right", va="center", fontsize=8, style="italic")
     plt = _pyplot()
     kinds = [k for k in LEGEND if any(fates[i][0] == k for i in nodes)]
     handles = [plt.Line2D([], [], ls="none", marker="o", color=GRAPH_COLOURS[k]) for k in kinds]
     ax.legend(handles, [LEGEND[k] for k in kinds], fontsize=8, frameon=False, loc="lower left",
               bbox_to_anchor=(0, 1.06), ncol=len(kinds))  # fmt: skip
-    ax.set_xlim(-1.5 - 0.02 * width, width + 0.5)
+    ax.set_xlim(left - 1.5 - 0.02 * width, left + width + 0.5)
     ax.set_ylim(ROWS[1] - 2.2, ROWS[0] + 2.2)
     ax.axis("off")
     ax.set_title(title or _title(graph, fates, plan, recomputed is not None), fontsize=9)

@@ -120,3 +120,19 @@ def test_forward_says_where_the_gradient_nodes_start():
     }  # fmt: skip
     with pytest.raises(ValueError, match="forward=0 must count the forward nodes, 1..6"):
         plot_graph.graph_diagram(graph, forward=0)
+
+
+def test_columns_place_each_node_and_the_gradient_nodes_without_an_op_above_are_labelled():
+    # forward nodes for ops 0 and 2 only (op 1's value is no node), a gradient node per op
+    graph = GraphCosts([(), (0,), (1,), (0, 2), (3,)], [1] * 5, [4, 4, 0, 0, 0], outputs={4})
+    columns = [0, 2, 2, 1, 0]
+    below = plot_graph.ROWS[1]
+    where = plot_graph.graph_layout(graph, forward=2, columns=columns)
+    assert where == {0: (0.0, 0.0), 1: (2.0, 0.0), 2: (2.0, below), 3: (1.0, below),
+                     4: (0.0, below)}  # fmt: skip
+    names = ["a", "c", "vjp c", "vjp b", "vjp a"]
+    fig = plot_graph.graph_diagram(graph, names=names, forward=2, columns=columns)
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert {"a", "c", "vjp b"} <= texts and not {"vjp a", "vjp c"} & texts
+    with pytest.raises(ValueError, match="columns has 2 entries for 5 nodes"):
+        plot_graph.graph_layout(graph, forward=2, columns=[0, 1])
