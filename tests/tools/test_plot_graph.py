@@ -136,3 +136,22 @@ def test_columns_place_each_node_and_the_gradient_nodes_without_an_op_above_are_
     assert {"a", "c", "vjp b"} <= texts and not {"vjp a", "vjp c"} & texts
     with pytest.raises(ValueError, match="columns has 2 entries for 5 nodes"):
         plot_graph.graph_layout(graph, forward=2, columns=[0, 1])
+
+
+def test_a_planned_tapes_graph_is_drawn_with_its_plan(tmp_path):
+    workload = unet(levels=2, width=2, length=8, batch=1)
+    tape = rm.Tape(memory=workload.measure().saved_bytes * 3 // 4, remat="optimal")
+    for _ in range(2):  # the first run records and plans, the second follows the plan
+        workload.loss_and_gradients(tape)
+    stats = tape.stats
+    assert stats.planned, stats.fallback
+    forward = sum(not name.startswith("vjp ") for name in stats.names)
+    columns = [int(name.split()[-1]) for name in stats.names]  # "op k", "vjp op k"
+    fig = plot_graph.graph_diagram(stats.graph, stats.plan, stats.names, forward=forward,
+                                   columns=columns)  # fmt: skip
+    fates = plot_graph.value_fates(stats.graph, stats.plan)
+    want = [GRAPH_COLOURS[fates[node][0]] for node in plot_graph.graph_layout(
+        stats.graph, forward, columns)]  # fmt: skip
+    assert drawn_colours(fig) == [to_rgba(c) for c in want]
+    assert sum(times for _, times in fates) == stats.plan.recomputed > 0
+    fig.savefig(tmp_path / "planned.png")
