@@ -10,14 +10,16 @@ ops between it and the op values or leaves it reads).  An op value's node:
 * reads the op values its recipe starts from (and, for a view, the op value
   owning its buffer: keeping a view keeps that buffer);
 * costs the op's measured time plus its recipe's (recomputing it runs them all:
-  the forward ran each once, which :attr:`Joint.forward` counts);
+  the forward ran each once, which :attr:`Joint.forward` counts), plus the tape's
+  work per op recomputed (evicting, recomputing: the run's ``overhead``);
 * holds its buffer's bytes, each buffer once (a view: 0), or, if more, the most
   bytes its recipe's values take at once while they are recomputed (DTR counts
   them then; they are gone before the op runs, whose inputs are released first).
 
-Then a gradient node per op reversed, in the sweep's order: it reads the op
-values its record saves and the gradient nodes of the ops that read the op; it
-costs the measured VJP and holds 0 bytes (DTR does not count cotangents).  The
+Then a gradient node per run of VJPs whose reads nest (:func:`_groups`), in the
+sweep's order: it reads the op values their records save and the gradient nodes
+of the ops that read theirs; it costs their measured VJPs and holds 0 bytes (DTR
+does not count cotangents).  The
 last gradient node is the graph's output; leaves and constants are not nodes.
 
 The bytes the plan counts: every op value from when its op runs until its last
@@ -34,6 +36,7 @@ once a record saves it): the plan is conservative there by about a value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..schedules import GraphCosts
 from .recording import Run
@@ -44,8 +47,9 @@ class Joint:
     """A run's graph for the planner, and how its nodes map to the run's ops (see the module).
 
     ``ops[c]`` is the op of forward node ``c``; ``node`` maps an op to its node (op
-    values only); ``order`` lists the op of each gradient node; ``evaluations[c]`` is
-    how many ops recomputing node ``c`` evaluates (the op and its recipe).
+    values only); ``order`` lists the ops reversed, in order, and ``stage`` the
+    gradient node of each; ``evaluations[c]`` is how many ops recomputing node ``c``
+    evaluates (the op and its recipe).
     """
 
     graph: GraphCosts
@@ -53,6 +57,7 @@ class Joint:
     ops: tuple[int, ...]
     node: dict[int, int]
     order: tuple[int, ...]
+    stage: tuple[int, ...]
     evaluations: tuple[int, ...]
     forward: float
     fixed: int
@@ -87,7 +92,10 @@ def joint(run: Run) -> Joint:
     parents, compute, size, names = [], [], [], []
     for k in ops:
         parents.append(tuple(sorted(reading(starts[k]))))
-        compute.append(run.cost[k] + sum(run.cost[j] for j in recipe[k]))
+        evaluations = 1 + len(recipe[k])
+        compute.append(
+            run.cost[k] + sum(run.cost[j] for j in recipe[k]) + run.overhead * evaluations
+        )
         own = 0 if owner[k] in charged else run.bytes[owner[k]]
         size.append(max(own, _holding(run, owner, sorted(recipe[k]), k)))
         charged.add(owner[k])
@@ -96,13 +104,16 @@ def joint(run: Run) -> Joint:
     for k, p in enumerate(run.parents):
         for j in p:
             children[j].append(k)
-    grad = {k: len(ops) + i for i, k in enumerate(run.order)}
-    for k in run.order:
-        seeds = {grad[c] for c in children[k] if c in grad}
-        parents.append(tuple(sorted(reading(set(run.reads[k])) | seeds)))
-        compute.append(run.vjp[k])
+    groups = _groups(run, node, reading)
+    grad = {k: len(ops) + g for g, group in enumerate(groups) for k in group}
+    for g, group in enumerate(groups):
+        seeds = {grad[c] for k in group for c in children[k] if c in grad} - {len(ops) + g}
+        reads = set().union(*(reading(set(run.reads[k])) for k in group))
+        parents.append(tuple(sorted(reads | seeds)))
+        compute.append(sum(run.vjp[k] for k in group))
         size.append(0)
-        names.append(f"vjp {run.values[k].op.name} {k}")
+        name = f"vjp {run.values[group[0]].op.name} {group[0]}"
+        names.append(name if len(group) == 1 else f"{name} (+{len(group) - 1})")
     graph = GraphCosts(
         tuple(parents), tuple(compute), tuple(size), frozenset(), frozenset({len(parents) - 1})
     )
@@ -112,10 +123,30 @@ def joint(run: Run) -> Joint:
         ops,
         node,
         tuple(run.order),
+        tuple(grad[k] for k in run.order),
         tuple(1 + len(recipe[k]) for k in ops),
         float(sum(run.cost)),
         int(sum(run.fixed.values())),
     )
+
+
+def _groups(run: Run, node: dict[int, int], reading: Any) -> list[tuple[int, ...]]:
+    """The VJPs in the sweep's order, in runs whose reads nest (each one's op values a
+    subset or a superset of the others'): one gradient node each.  A run needs its
+    widest reads at once, as that VJP alone does, and its others allocate nothing
+    (cotangents are not counted), so the plan loses nothing, and the solver's
+    ``T^2`` binaries shrink (VJPs reading no op value are most of them)."""
+    groups: list[list[int]] = []
+    widest: set[int] = set()
+    for k in run.order:
+        reads = reading(set(run.reads[k]))
+        if groups and (reads <= widest or widest <= reads):
+            groups[-1].append(k)
+            widest |= reads
+        else:
+            groups.append([k])
+            widest = reads
+    return [tuple(group) for group in groups]
 
 
 def _holding(run: Run, owner: list[int], steps: list[int], target: int) -> int:

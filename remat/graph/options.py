@@ -123,7 +123,8 @@ def resolve(remat: Any, memory: Any, **loop_options: Any) -> tuple[DTR | Planned
 def refuse(form: str) -> ValueError:
     """The error of a form a DTR tape does not run (tape.loop, chain, scan, rm.checkpoint)."""
     return ValueError(
-        f"{form} inside rm.Tape(memory=..., remat='dtr') is not supported: DTR rematerializes "
+        f"{form} inside rm.Tape(memory=..., remat='dtr') (or 'optimal') is not supported: DTR "
+        "(and a plan) rematerializes "
         "the single ops recorded on the tape, and does not yet evict or recompute a loop's, "
         "chain's, scan's or checkpoint's record. Write the loop as plain Python inside the "
         "tape (DTR then keeps it within the budget), or use rm.Tape(memory=...) without remat="

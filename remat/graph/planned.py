@@ -13,32 +13,35 @@ Each run (from entering the tape to the end of its backward) is recorded
 its output's bytes, and in the reverse sweep the order of the VJPs and their times.
 The first run has no plan: it runs under DTR (:mod:`remat.graph.dtr`, so within
 ``m``).  When its backward ends (in the hook before the last VJP, which is then
-timed on a cotangent of ones: no hook follows a sweep), its joint forward + backward
-graph (:meth:`~remat.graph.recording.Run.joint`) is planned within ``m`` by
-:func:`remat.schedules.plan_graph`, or the plan is taken from the cache of plans
-(keyed by the graph's signature).  Later runs follow that plan, stage by stage:
+timed on a cotangent of ones: no hook follows a sweep), its graph
+(:func:`remat.graph.joint.joint`: a node per op whose output a record saves, the
+others folded into the recipes of those made from them, then a node per VJP) is
+planned within ``m`` by :func:`remat.schedules.plan_graph`, or the plan is taken
+from the cache of plans (:mod:`remat.graph.plans`, keyed by the run's signature).
+Later runs follow the plan, stage by stage (a stage per node):
 
-* forward stage ``t`` (op ``t`` records, the ``on_record`` hook): first what stage
-  ``t - 1`` no longer holds (held entering it or computed in it, not in
-  ``keep[t - 1]``) is evicted, then the op's record is noted as DTR notes it
-  (:meth:`Cache.record`, which also keeps the budget), and its signature checked
-  against the plan's op ``t``; a value the plan keeps that no record saves is held
-  by the tape itself.  A forward stage's recomputations are not run: user code
-  holds what an op reads, so the value the plan recomputes is still there;
-* VJP stage ``t`` (the ``before_vjp`` hook): what stage ``t - 1`` no longer holds is
-  evicted, then the forward values stage ``t`` computes that it keeps or that the
-  VJP reads are brought back (:meth:`Cache.materialize`, which recomputes them from
-  the values in memory, as the plan does), then those computed only on the way are
-  evicted again (the plan frees them after their last reader in the stage).
+* forward (the ``on_record`` hook, as op ``k`` records): the values of the stages
+  before it that the plan no longer holds are evicted (those a record saves, once
+  nothing else holds them), then the op is noted as DTR notes it
+  (:meth:`Cache.record`, which also keeps the budget) and its signature checked
+  against the plan's op ``k``.  A forward stage's recomputations are not run: user
+  code holds what an op reads, so a value the plan recomputes there is still in
+  memory, and is evicted only after the last forward stage that recomputes it;
+* VJP (the ``before_vjp`` hook): what the stage before no longer holds is evicted,
+  then the values the plan computes in this stage are brought back in its order
+  (:meth:`Cache.materialize`: the value and its recipe, from the values held), each
+  followed by the eviction of those it read for the last time in the stage (the
+  plan frees them there); a value no record holds any more (its readers were
+  reversed) that the plan keeps is held by the tape itself.
 
 What cannot follow the plan keeps the budget by DTR's rules, and says so.  A run
-whose op ``t`` differs from the plan's (another op, shape, dtype, source of an
+whose op ``k`` differs from the plan's (another op, shape, dtype, source of an
 input, keyword), that records more or fewer ops, or whose sweep reverses another
 op than the plan's, goes on under DTR from there (``stats.planned`` False,
 ``stats.fallback`` names the op and the step); it is recorded all the same, and its
 own graph is planned when its backward ends (the next run follows that).  Where no
 plan can be made (none fits; none in ``time_limit``: :class:`GraphPlanTimeout`; a
-graph over :data:`~remat.graph.recording.MAX_NODES`), runs go on under DTR, with the
+graph over :data:`~remat.graph.plans.MAX_NODES`), runs go on under DTR, with the
 reason in ``stats.fallback``.  Where a value the plan evicts is still held by user
 code (a Tensor it keeps, an op reading it), it is evicted once let go; the budget
 is DTR's to keep meanwhile: :meth:`Cache.make_room` evicts by DTR's heuristic.
@@ -47,16 +50,17 @@ the time the backward starts (``stats.departed`` names the first).
 
 Bytes.  The budget is DTR's: ``tape.stats.peak_bytes`` counts the values the
 records save, each buffer once, the constants the ops read and the values held
-while recomputing, never above ``m`` (:mod:`remat.graph.dtr`).  The plan counts,
-in the planner's model, every forward value from when it is computed to its last
-reader (or while kept) at its buffer's bytes, cotangents at 0, within ``m`` less
-the constants' bytes: at every moment at least what DTR counts of a run that
-follows it, so a run that follows it evicts nothing the plan does not.
+while recomputing, never above ``m`` (:mod:`remat.graph.dtr`).  The plan counts
+each op value from its op to its last reader (or while kept) at its buffer's bytes
+(or its recipe's most, while recomputed), cotangents at 0, within ``m`` less the
+constants' bytes (:mod:`remat.graph.joint`): at least what DTR counts of a run that
+follows it, so such a run evicts nothing the plan does not.
 
 Time.  An op costs what DTR measures (from one record to the next: the op and
 the Python code between), a VJP the time from one ``before_vjp`` hook's end to the
 next's start.  ``stats.predicted_seconds`` is what a run under the plan computes:
-every op and VJP once, and the forward values recomputed before VJPs.
+the forward once, every VJP, and the op values (with their recipes) recomputed
+before VJPs; ``stats.predicted_recomputed_ops`` counts those op evaluations.
 
 Gradients are store-all's bit for bit whatever is followed: every value is the
 same op run on the same inputs (DTR's replay check stands guard).
@@ -111,7 +115,11 @@ class PlannedCache(Cache):
         self.kept: dict[int, tuple[Value, Any]] = {}  # id(Value) -> (it, its array), held
         self.owed: set[int] = set()  # nodes the plan let go that are still in memory
         self.planning = False  # the plan is evicting (else DTR's heuristic is)
-        self.vjp_from: tuple[int, float] | None = None  # (node, when its VJP began)
+        self.vjp_from: tuple[int, float, float] | None = None  # (op, when its stage began,
+        self.spent = 0.0  # and self.spent then): seconds spent evicting and recomputing
+        self.spending = 0  # how deep in evict / materialize (the outermost one counts)
+        self.spent_before = 0.0  # self.spent when the run began
+        self.mark = (time.perf_counter(), 0.0)  # when the last op was noted, self.spent then
         self.stats = PlanStats(memory=limit, heuristic=planned.dtr.name)
 
     # --- a run ---------------------------------------------------------------------
@@ -136,39 +144,55 @@ class PlannedCache(Cache):
         self.entry = entry if entry is not None and entry.plan is not None else None
         self.stats = stats
         self.time = time.perf_counter()
+        self.mark = (self.time, self.spent)
+        self.spent_before = self.spent
 
     def record(self, record: Record, datas: Any, kwargs: Any, out: Any) -> None:
         """Forward stage ``t``: evict what stage ``t - 1`` let go, note the op, check it."""
         entry, run = self.entry, self.run
+        if run.reachable >= 0:  # an op recorded by the backward itself (rm.grad, create_graph)
+            if entry is not None:
+                self._fall_back(f"`{record.op.name}` was recorded during the backward")
+            run.ended = True  # this run is not planned: its graph is not a forward's
+            super().record(record, datas, kwargs, out)
+            return
         t = len(run.values)
         if entry is not None and (t in entry.at_op or self.owed):
             self._drop(entry.at_op.get(t, ()))
         super().record(record, datas, kwargs, out)
         v = self.values[id(record)]
         signature = run.add(v, out, self.leaves, self._owner)
-        if entry is not None:
-            self._check(entry, t, signature, v)
-        self.time = time.perf_counter()  # the next op's time starts here
+        if entry is not None and self._check(entry, t, signature, v):
+            c = entry.joint.node.get(t)
+            if c is not None:  # what the plan recomputes here to keep
+                self._follow(entry.steps[c])
+        self.time = now = time.perf_counter()  # the next op's time starts here
+        mark, spent = self.mark  # this op's time, with the tape's work for it, less evicting
+        run.cost[t] = now - mark - (self.spent - spent)
+        self.mark = (now, self.spent)
 
-    def _check(self, entry: Entry, t: int, signature: tuple, v: Value) -> None:
-        """Fall back if op ``t`` is not the plan's."""
-        if t >= len(entry.signature) or signature != entry.signature[t]:
-            planned = (
-                f"`{entry.signature[t][0]}` {entry.signature[t][1]}"
-                if t < len(entry.signature)
-                else f"no op (its graph has {len(entry.signature)})"
-            )
-            self._fall_back(
-                f"at step {t} the run recorded `{v.op.name}` {v.shape} where the "
-                f"plan has {planned}, or an input or keyword differs: the program changed"
-            )
+    def _check(self, entry: Entry, t: int, signature: tuple, v: Value) -> bool:
+        """Whether op ``t`` is the plan's; if not, fall back."""
+        if t < len(entry.signature) and signature == entry.signature[t]:
+            return True
+        planned = (
+            f"`{entry.signature[t][0]}` {entry.signature[t][1]}"
+            if t < len(entry.signature)
+            else f"no op (its graph has {len(entry.signature)})"
+        )
+        self._fall_back(
+            f"at step {t} the run recorded `{v.op.name}` {v.shape} where the "
+            f"plan has {planned}, or an input or keyword differs: the program changed"
+        )
+        return False
 
     def before_vjp(self, record: Record) -> None:
         """VJP stage: time the last VJP, follow the plan, put back what the VJP reads."""
         now = time.perf_counter()
         run = self.run
-        if self.vjp_from is not None:
-            run.vjp[self.vjp_from[0]] = now - self.vjp_from[1]
+        if self.vjp_from is not None:  # the stage before: its hook and VJP, less recomputing
+            before, began, spent = self.vjp_from
+            run.vjp[before] = now - began - (self.spent - spent)
             self.vjp_from = None
         v = self.values.get(id(record))
         k = None if v is None else run.node.get(id(v))
@@ -180,13 +204,25 @@ class PlannedCache(Cache):
         if run.reachable < 0:
             self._sweep_starts(k)
         run.order.append(k)
+        spent = self.spent
         if self.entry is not None:
             self._stage(self.entry, k, record)
         super().before_vjp(record)
-        if len(run.order) == run.reachable:
-            run.vjp[k] = _vjp_seconds(record, v)
+        if len(run.order) == run.reachable:  # the last: this hook, and the VJP timed apart
+            run.vjp[k] = time.perf_counter() - now - (self.spent - spent) + _vjp_seconds(record, v)
             self._end()
-        self.vjp_from = (k, time.perf_counter())
+        self.vjp_from = (k, now, spent)
+
+    def materialize(self, target: Value) -> Any:
+        """DTR's, timed (an op's or a VJP's time is its stage's, less this)."""
+        started = time.perf_counter()
+        self.spending += 1
+        try:
+            return super().materialize(target)
+        finally:
+            self.spending -= 1
+            if not self.spending:
+                self.spent += time.perf_counter() - started
 
     def _sweep_starts(self, root: int) -> None:
         self.run.start_sweep(root)
@@ -203,8 +239,7 @@ class PlannedCache(Cache):
 
     def _stage(self, entry: Entry, k: int, record: Record) -> None:
         run, n = self.run, len(entry.signature)
-        i = len(run.order) - 1  # the i-th VJP: stage t of the plan
-        t = len(entry.joint.ops) + i
+        i = len(run.order) - 1  # the i-th VJP, in stage t of the plan
         if len(run.values) != n or i >= len(entry.order) or entry.order[i] != k:
             expected = f"op {entry.order[i]}'s" if i < len(entry.order) else "no"
             self._fall_back(
@@ -212,24 +247,38 @@ class PlannedCache(Cache):
                 f"{len(run.values)}), where the plan of {n} ops has {expected} VJP"
             )
             return
+        t = entry.joint.stage[i]
+        if i and entry.joint.stage[i - 1] == t:  # the stage began with a VJP before this one
+            return
         prev = self.reversing  # the record reversed last is released: its saves uncounted
         if prev is not None and prev.record.parents is None:
             self._release_record(prev)
             self.reversing = None
         self._drop(entry.drops[t - 1])
-        for j, gone in entry.steps[t]:  # as the plan computes them: each from what is held
-            v = run.values[j]
+        self._follow(entry.steps[t])
+
+    def _follow(self, steps: tuple[tuple[int, tuple[int, ...]], ...]) -> None:
+        """Compute the values of a stage as the plan does, each from what is held, and
+        evict each value once the stage has read it for the last time."""
+        for j, gone in steps:
+            v = self.run.values[j]
+            if v.pinned:  # reversed already: no later VJP reads it (a plan may hold it still)
+                self._drop(gone)
+                continue
             a = self.materialize(v)
-            if not v.slots:  # the records that save it were reversed: the tape holds it
+            if not v.slots:  # no record saves it now (or yet): the tape holds it
                 self._keep(v, a)
             self._drop(gone)
 
     def _end(self) -> None:
         """The run's backward ends: plan its graph unless it followed its plan to here."""
-        run = self.run
+        run, stats = self.run, self.stats
         run.ended = True
         if self.entry is not None:
             return
+        if stats.recomputed_ops:  # what evicting and recomputing cost beyond the ops run
+            extra = self.spent - self.spent_before - stats.recompute_seconds
+            run.overhead = max(0.0, extra) / stats.recomputed_ops
         entry, solved = planned_for(run, self.limit, self.options)
         self.next = entry
         _describe(self.stats, entry, solved)
@@ -288,7 +337,14 @@ class PlannedCache(Cache):
                 f"DTR evicted `{v.op.name}` {v.shape} (op {k}) to keep the budget, at op "
                 f"{len(self.run.values)} of the run"
             )
-        super().evict(v)
+        started = time.perf_counter()
+        self.spending += 1
+        try:
+            super().evict(v)
+        finally:
+            self.spending -= 1
+            if not self.spending:
+                self.spent += time.perf_counter() - started
 
     def _depart(self, what: str) -> None:
         self.stats.departures += 1
@@ -302,10 +358,7 @@ class PlannedCache(Cache):
         self.owed.clear()
         stats = self.stats
         stats.planned, stats.method = False, "dtr"
-        stats.fallback = (
-            f"{reason}; the rest of this run is DTR's, and its graph is planned when its "
-            "backward ends"
-        )
+        stats.fallback = f"{reason}; the rest of this run is DTR's"
 
 
 def _describe(stats: PlanStats, entry: Entry, solved: bool) -> None:

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
-from ..schedules import GraphCosts, GraphPlan, plan_graph
+from ..schedules import GraphCosts, GraphPlan, plan_graph, simulate_graph
 from ..schedules.graph_plan import GraphPlanTimeout
 from .joint import Joint, joint
 from .recording import Run
@@ -49,9 +49,12 @@ class Entry:
     """A plan (or the reason there is none) for one signature, and what the tape does.
 
     ``drops[t]``: the ops whose values go once stage ``t`` ends (held entering it or
-    computed in it, and not kept); ``steps[t]``, for a VJP stage: the ops whose
-    values it computes, in order, each with the ops whose values go once it is
+    computed in it, and not kept); ``steps[t]``: the ops whose values the tape
+    computes in stage ``t``, in order, each with the ops whose values go once it is
     computed (its parents and itself, where not kept nor read later in the stage).
+    A VJP stage computes what it keeps and what its VJPs read; a forward stage only
+    what it keeps (user code gives the op what it reads, whatever the plan
+    recomputes for it).  ``at_op[k]``: the drops of the forward stage before op ``k``.
     """
 
     def __init__(self, plan: GraphPlan | None, graph: Joint, run: Run, reason: str | None):
@@ -59,8 +62,9 @@ class Entry:
         self.signature, self.order = tuple(run.signatures), tuple(run.order)
         self.seconds = 0.0  # the time taken to plan (or to fail to)
         self.drops: list[tuple[int, ...]] = []
-        self.at_op: dict[int, tuple[int, ...]] = {}  # op -> the drops of the stage before it
+        self.at_op: dict[int, tuple[int, ...]] = {}
         self.steps: list[tuple[tuple[int, tuple[int, ...]], ...]] = []
+        self.again: list[int] = []  # the nodes the tape recomputes, once per time
         if plan is not None:
             self._prepare(plan)
 
@@ -69,28 +73,34 @@ class Entry:
         held: frozenset[int] = frozenset()
         for t, (run, keep) in enumerate(zip(plan.compute, plan.keep)):
             self.drops.append(tuple(ops[i] for i in {*held, *run} - keep if i < n))
-            steps = []
+            # a cotangent (a node >= n) is the sweep's to hold: never computed again here
+            wanted = {i for i in run[:-1] if i < n and i in keep}
             if t >= n:
-                for position, i in enumerate(run[:-1]):
-                    later = {j for c in run[position + 1 :] for j in parents[c]}
-                    gone = [ops[j] for j in (*parents[i], i) if j not in keep and j not in later]
-                    steps.append((ops[i], tuple(gone)))
+                wanted.add(t)
+            for i in reversed(run):
+                if i in wanted:
+                    wanted.update(j for j in parents[i] if j in run and j < n)
+            made = [i for i in run[:-1] if i in wanted and i < n]
+            steps = []
+            for position, i in enumerate(made):
+                later = {j for c in (*made[position + 1 :], t) for j in parents[c]}
+                freed = [ops[j] for j in (*parents[i], i) if j < n and j not in keep | later]
+                steps.append((ops[i], tuple(freed)))
             self.steps.append(tuple(steps))
+            self.again += made
             held = keep
-        for c in range(n - 1):  # a forward stage's drops: at the next op's record
+        for c in range(n - 1):
             self.at_op[ops[c] + 1] = self.drops[c]
 
     def predicted(self) -> tuple[float, int]:
-        """(seconds, op evaluations) a run under the plan recomputes, with the forward and
-        the VJPs as measured: the forward once, every VJP, and the op values (with their
-        recipes) recomputed before VJPs; a forward stage's recomputations are not run
-        (user code holds what an op reads)."""
+        """(seconds, op evaluations) of a run under the plan, with the forward and the VJPs
+        as measured: the forward once, every VJP, and the op values the tape recomputes
+        (with their recipes)."""
         if self.plan is None:
             return 0.0, 0
         j, n = self.joint, len(self.joint.ops)
-        again = [i for t in range(n, j.graph.nodes) for i in self.plan.compute[t][:-1] if i < n]
-        seconds = j.forward + sum(j.graph.compute[n:]) + sum(j.graph.compute[i] for i in again)
-        return seconds, sum(j.evaluations[i] for i in again)
+        seconds = j.forward + sum(j.graph.compute[n:]) + sum(j.graph.compute[i] for i in self.again)
+        return seconds, sum(j.evaluations[i] for i in self.again)
 
 
 def planned_for(run: Run, memory: int, options: Any) -> tuple[Entry, bool]:
@@ -125,7 +135,30 @@ def planned_for(run: Run, memory: int, options: Any) -> tuple[Entry, bool]:
 
 
 def _solve(graph: GraphCosts, room: int, options: Any) -> GraphPlan:
-    """:func:`plan_graph` on ``graph`` with its costs in microseconds; the plan's in seconds."""
+    """:func:`plan_graph` on ``graph`` with its costs in microseconds, pruned (:func:`pruned`),
+    priced in seconds."""
     scaled = replace(graph, compute=tuple(c * SCALE for c in graph.compute))
-    plan = plan_graph(scaled, room, options.time_limit, relaxed=options.relaxed)
-    return replace(plan, predicted_cost=plan.predicted_cost / SCALE)
+    plan = pruned(plan_graph(scaled, room, options.time_limit, relaxed=options.relaxed), graph)
+    priced = simulate_graph(plan, graph)
+    return replace(plan, predicted_cost=priced.cost, predicted_peak_bytes=priced.peak_bytes)
+
+
+def pruned(plan: GraphPlan, graph: GraphCosts) -> GraphPlan:
+    """``plan`` without the evaluations nothing uses: a value a stage computes that it
+    neither keeps nor reads later in the stage (a plan found at the time limit, or by
+    rounding, may hold some).  It computes less and holds no more.
+
+    >>> from remat.schedules import GraphCosts, GraphPlan
+    >>> g = GraphCosts([(), (0,), (0,), (2,)], [1, 1, 1, 1], [8, 8, 8, 8])
+    >>> keep = [frozenset({0}), frozenset({0}), frozenset({2}), frozenset()]
+    >>> pruned(GraphPlan(((0,), (1,), (1, 2), (3,)), tuple(keep), memory=24), g).compute
+    ((0,), (1,), (2,), (3,))
+    """
+    compute = []
+    for run, keep in zip(plan.compute, plan.keep):
+        used = {run[-1], *(i for i in run if i in keep)}
+        for i in reversed(run):
+            if i in used:
+                used.update(j for j in graph.parents[i] if j in run)
+        compute.append(tuple(i for i in run if i in used))
+    return replace(plan, compute=tuple(compute))

@@ -3,12 +3,16 @@
 A :class:`Run` notes, per op recorded (numbered in the order recorded): its
 signature (the op, its output's shape and dtype, where each input came from: an
 earlier op of this run, an array (shape, dtype), a number (its type); its
-keywords), its measured time (DTR's ``Value.cost``: from the previous op's record
-to this one's), the bytes of its output's buffer (0 for a view of an earlier op's
-buffer, whose owner the view's readers then also hold, and for a view of a
-leaf's or a constant's: not counted by the plan), the ops whose output its record
-saves, and the constants it read (counted by DTR from then on); then, in the
-reverse sweep, the order in which the records are reversed and each VJP's time.
+keywords), its measured time (from the end of the tape's work for the op before
+to the end of its own: the op, the Python code before it, the recording), the
+bytes of its output's buffer (0 for a view of an earlier op's buffer, whose owner
+the view's readers then also hold, and for a view of a leaf's or a constant's:
+not counted by the plan), the ops whose output its record saves, and the
+constants it read (counted by DTR from then on); then, in the reverse sweep, the
+order in which the records are reversed and each VJP's time (its stage's: the
+hook before it and the VJP, less what the hook spent recomputing).  An op's time
+excludes what DTR spent evicting while it recorded; what evicting and recomputing
+cost beyond the ops they ran, per op recomputed, is the run's ``overhead``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ def _key(value: Any) -> Any:
     """What a signature keeps of an input or keyword: shape and dtype of an array, the
     type of a number, the value of anything else small (an axis, a flag)."""
     if backend.is_array(value):
-        return ("array", value.shape, str(value.dtype))
+        return ("array", value.shape, value.dtype)
     if backend.is_number(value):
         return ("number", type(value).__name__)
     try:
@@ -51,6 +55,7 @@ class Run:
         self.fixed: dict[int, int] = {}  # id(buffer) -> bytes counted from its reader on
         self.order: list[int] = []  # the nodes reversed, in the sweep's order
         self.vjp: dict[int, float] = {}
+        self.overhead = 0.0  # seconds of the tape's work per op recomputed (evicting too)
         self.reachable = -1  # nodes the sweep will reverse (-1: not started)
         self.ended = False
 
@@ -64,7 +69,7 @@ class Run:
                 j = self.node.get(id(u))
                 if j is None:  # a value of an earlier run: a constant to this one
                     self.fixed[id(u)] = u.size
-                    sources.append(("earlier", u.shape, str(u.dtype)))
+                    sources.append(("earlier", u.shape, u.dtype))
                 else:
                     parents.append(j)
                     sources.append(("node", j))
@@ -77,7 +82,7 @@ class Run:
         signature = (
             v.op.name,
             v.shape,
-            str(v.dtype),
+            v.dtype,
             tuple(sources),
             tuple(sorted((name, _key(x)) for name, x in kwargs.items())),
         )
@@ -85,7 +90,7 @@ class Run:
         self.node[id(v)] = k
         self.signatures.append(signature)
         self.parents.append(tuple(sorted(set(parents))))
-        self.cost.append(v.cost)
+        self.cost.append(v.cost)  # until the tape's own time for it is known
         o = owner(out)
         first = self.owners.get(id(o))
         if first is not None and first[0]() is o:  # a view of an earlier node's buffer
