@@ -323,7 +323,7 @@ def simulate_graph(
     >>> simulate_graph(keep_all, g)
     GraphSimulation(cost=4, peak_bytes=24, stage_peaks=(8, 16, 24))
     """
-    ops, children, size = costs.ops, costs.children, costs.bytes
+    ops, size = costs.ops, costs.bytes
     if len(plan.compute) != len(ops) or len(plan.keep) != len(ops):
         raise GraphPlanError(
             f"plan has {len(plan.compute)} compute and {len(plan.keep)} keep entries; the graph "
@@ -346,7 +346,10 @@ def simulate_graph(
                 raise GraphPlanError(f"{where}: node {k} is an input; inputs are never computed")
             if k in held:
                 raise GraphPlanError(f"{where}: node {k} is held already; it is not recomputed")
-        later = {i: [k for k in run if k in children[i]] for i in range(costs.nodes)}
+        later: dict[int, list[int]] = {}  # the readers of each value in this stage
+        for k in run:
+            for i in costs.parents[k]:
+                later.setdefault(i, []).append(k)
         resident = set(held)
         used: float = sum(size[i] for i in resident)
         peak = used
@@ -372,7 +375,7 @@ def simulate_graph(
                     f"budget of {memory!r} bytes"
                 )
             for i in (*costs.parents[k], k):
-                if i in resident and i not in keep and all(j <= k for j in later[i]):
+                if i in resident and i not in keep and all(j <= k for j in later.get(i, ())):
                     resident.discard(i)
                     used -= size[i]
         missing = keep - resident

@@ -20,11 +20,14 @@ the values it recomputed), then drops one held value from ``H`` (from the
 previous stage's ``keep``, which never raises that stage's peak: a value not
 kept is freed after its last reader, or held to the stage's end as before)
 and tries again.  The value dropped is the one of least
-``cost / (bytes x distance to its next reader)`` (the static form of DTR's
-``h``: Kirisame et al. 2021; with the distance, Belady's rule), a value this
-stage reads last.  It runs with a few weightings of that score and returns
-the cheapest plan; None if every one meets a stage it cannot fit (it is a
-heuristic: a plan may exist; the MILP's answer then decides).
+``cost / (bytes x distance to its next reader)``, where ``cost`` is what
+recomputing it would take from what stays held: either its evicted ancestors
+included (the static form of DTR's ``h`` with its evicted neighbourhood,
+Kirisame et al. 2021), or only it and its parents (with the distance,
+Belady's rule); a value this stage reads goes last.  It runs with both costs
+and a few weightings of the score, and returns the cheapest plan; None if
+every one meets a stage it cannot fit (it is a heuristic: a plan may exist;
+the MILP's answer then decides).
 """
 
 from __future__ import annotations
@@ -109,8 +112,13 @@ def greedy_plan(
     entering stage ``t`` is dropped first (:func:`~.graph_plan.plan_graph`
     passes the LP relaxation's ``S[t, j]``: how much of ``j`` it keeps).
     """
-    weights = _WEIGHTS if guide is None else tuple(_guided(guide, w) for w in _WEIGHTS[:2])
-    plans = [plan for weight in weights if (plan := _greedy(graph, memory, weight)) is not None]
+    weights = _WEIGHTS if guide is None else tuple(_guided(guide, w) for w in _WEIGHTS)
+    plans = [
+        plan
+        for weight in weights
+        for deep in (True, False)
+        if (plan := _greedy(graph, memory, weight, deep)) is not None
+    ]
     return min(plans, key=lambda p: plan_cost(graph, p), default=None)
 
 
@@ -123,7 +131,6 @@ def plan_cost(graph: OpGraph, plan: Plan) -> float:
 Score = Callable[[int, int, float, float, int], tuple[float, float]]
 _WEIGHTS: tuple[Score, ...] = (
     lambda j, t, cost, size, distance: (0.0, cost / (size * distance)),
-    lambda j, t, cost, size, distance: (0.0, 1 / (size * distance)),
     lambda j, t, cost, size, distance: (0.0, cost / size),
     lambda j, t, cost, size, distance: (0.0, cost / (size * distance * distance)),
 )
@@ -136,7 +143,7 @@ def _guided(guide: Callable[[int, int], float], then: Score) -> Score:
     )
 
 
-def _greedy(graph: OpGraph, memory: float, score: Score) -> Plan | None:
+def _greedy(graph: OpGraph, memory: float, score: Score, deep: bool) -> Plan | None:
     compute: list[list[int]] = []
     keep: list[set[int]] = []
     held: set[int] = set()
@@ -151,7 +158,7 @@ def _greedy(graph: OpGraph, memory: float, score: Score) -> Plan | None:
             }
             if graph.stage_peak(held, run, kept) <= memory:
                 break
-            victim = _victim(graph, held, t, run, score)
+            victim = _victim(graph, held, t, run, score, deep)
             if victim is None:
                 return None
             held.discard(victim)
@@ -169,6 +176,7 @@ def _victim(
     t: int,
     run: list[int],
     score: Score,
+    deep: bool,
 ) -> int | None:
     """The held value to drop before stage ``t``: least score, values this stage reads last."""
     reads = {i for k in run for i in graph.parents[k]}
@@ -178,7 +186,12 @@ def _victim(
             continue
         after = [c for c in graph.children[j] if c >= t]
         distance = (min(after) - t + 1) if after else graph.T
-        cost = graph.compute[j] + sum(graph.compute[i] for i in graph.parents[j] if i not in held)
+        if deep:  # what recomputing it takes, evicted ancestors included
+            cost = sum(graph.compute[i] for i in graph.closure({j}, held - {j}))
+        else:  # it and its parents not held
+            cost = graph.compute[j] + sum(
+                graph.compute[i] for i in graph.parents[j] if i not in held
+            )
         key = (j in reads, score(j, t, cost + 1e-12, graph.size[j], distance), j)
         if best is None or key < best:
             best = key

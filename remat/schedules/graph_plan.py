@@ -7,7 +7,8 @@ memory model of :mod:`.graph_costs`, stays within ``memory``.
 
 Formulation (Checkmate: Jain et al., "Checkmate: breaking the memory wall with
 optimal tensor rematerialization", MLSys 2020, with its free variables made
-continuous).  Over the ``T`` ops (stages; op ``j`` is ``ops[j]``):
+continuous; built in :mod:`.graph_milp`).  Over the ``T`` ops (stages; op ``j``
+is ``ops[j]``):
 
 * ``R[t, j]`` binary, ``j <= t``: stage ``t`` computes op ``j``; ``R[t, t] = 1``;
 * ``S[t, j]`` binary, ``j < t``: op ``j`` is held entering stage ``t`` (``S[0] = 0``);
@@ -28,40 +29,53 @@ bytes[k] R[t, k] - sum_i bytes[i] F[t, i, k-1]``.  Because every ``F`` bound is
 0 or 1 when ``R`` and ``S`` are integral, ``F`` needs no integrality: the
 integer variables are ``R`` and ``S`` only, ``T^2`` of them, against
 Checkmate's ``T^2 + T |E|``.  Values held that no later stage reads, and
-that are no outputs, are fixed to 0 (keeping them never helps), and two cuts
+that are no outputs, get no ``S`` (keeping them never helps), and two cuts
 that no optimal plan needs to break tighten the relaxation: a value
 recomputed, or held, in stage ``t`` is read in it or kept after it
 (``R[t, j] <= S[t+1, j] + sum R[t, c]`` over ``j``'s children ``c <= t``, and
 the same for ``S[t, j]``).
 
-Solving.  ``scipy.optimize.milp`` (HiGHS' branch and bound) gets 3/5 of
-``time_limit`` seconds.  The plan says how it was found (``plan.method``):
-``"store all"`` when keeping everything fits (no solve); ``"optimal"`` when
-HiGHS proves it within the relative ``gap``; ``"time limit"`` when time ran
-out with a feasible plan (``plan.gap`` is HiGHS' bound on its distance from
-the optimum); ``"lp rounding"`` when time ran out with none: the LP relaxation
-(no integrality; HiGHS' dual simplex, the rest of the time) is solved and its
-``S`` rounded at a range of thresholds, each completed with the least
-recomputation it needs (``R``: the stage's op, the values newly kept, and
-their missing parents, recursively), and the cheapest rounding that fits is
-returned, with no bound on its distance from the optimum (``gap`` 1).  If the
-relaxation does not finish either, or no rounding fits, :class:`GraphPlanTimeout`
-says so: the caller falls back to DTR, which needs no plan.  ``relaxed=True``
-skips the MILP and gives the relaxation the whole time.  A budget that
-HiGHS proves infeasible raises a ValueError.  Every plan returned has been
-checked by :func:`~.graph_costs.simulate_graph`, which the solver does not use.
+Windows (graphs of more than 62 ops).  The full model's LP has ``T^2 / 2 (1 +
+edges per op)`` columns: at 300 ops, 250 000, and neither HiGHS' simplex nor
+its interior point solves it in 30 s.  Above 62 ops (``window=None``), stage
+``t`` may recompute only the ancestors of op ``t`` at most ``d`` edges up
+(:func:`windows`; ``d`` the deepest with at most 20 of them a stage on
+average): ``R`` and the memory rows exist for those alone, so the model
+shrinks to about ``20 T (1 + edges)`` columns plus the ``S``.  The windowed
+model is exact for the plans that respect the windows (a plan recomputing
+further up is not in it), so its optimum is an upper bound on the true
+one.  In it, ``S`` is continuous: given integral ``R``, a value a stage reads
+or keeps without computing it is held at 1 all the way from where it was
+computed, so rounding every ``S`` down gives a plan that needs no more
+recomputation than ``R`` and no more bytes than ``U`` (the plan is read with
+``S >= 0.999``); only ``R`` branches (about ``20 T`` binaries, against
+``T^2``).
 
-Size and time.  ``T^2`` binaries, about ``T^2 / 2 (1 + edges per op)``
-continuous variables and twice as many rows; building it takes 0.3 s at 100
-ops and 2 s at 300.  On joint graphs of chains with skips (``python -m
-benchmarks.bench_graph_plan``, ``time_limit=30``, a 2-core machine shared with
-other work): 100 ops at half of store-all's peak were proven optimal in 16 s,
-and at a third ended in LP rounding (19 s); 30 and 60 ops ended at the time
-limit with plans within 1-12% of the optimum (HiGHS' gap); at 300 ops neither
-the MILP nor its relaxation finished in 30 s (GraphPlanTimeout): those graphs
-are DTR's.  MOCCASIN's formulation (Bartan et al., 2023: ``O(n)`` integer
-variables, retention intervals) is the way to larger graphs; it is not
-implemented here.
+Solving (``plan.method`` says which way the plan was found; ``plan.gap`` is
+the bound on its distance from the optimum, 1 for none).  ``"store all"``
+when keeping everything fits (no solve).  Otherwise a greedy plan first
+(:mod:`.graph_greedy`: Belady/DTR-like eviction on paper, a fraction of a
+second at 300 ops), then ``scipy.optimize.milp`` (HiGHS' branch and bound) for
+3/5 of ``time_limit``: ``"optimal"`` when HiGHS proves the full model's
+optimum within the relative ``gap`` (returned at once); ``"time limit"`` when
+time ran out with a plan (``gap``: HiGHS' bound); ``"windowed optimal"`` and
+``"windowed time limit"`` the same for the windowed model (the gap is to the
+windowed optimum).  When the MILP finds no plan, the LP relaxation (HiGHS'
+dual simplex, the rest of the time) is solved, and gives two kinds of plan:
+``"lp rounding"``, its ``S`` rounded at a range of thresholds, each completed
+with the least recomputation it needs (the stage's op, the values newly kept,
+and their missing parents, recursively); ``"lp heuristic"``, the greedy plan
+dropping first the values the relaxation holds least.  Of every plan found
+(the MILP's, the LP's, the greedy one), the cheapest is returned;
+``"heuristic"`` says the greedy plan won: no bound on its distance from the
+optimum.  :class:`GraphPlanTimeout` says when none was found (the greedy
+plan too meets a stage it cannot fit): the caller falls back to DTR, which
+needs no plan.  ``relaxed=True`` skips the MILP and gives the relaxation the
+whole time.  A budget that HiGHS proves infeasible for the full model raises
+a ValueError.  Every plan returned has been checked by
+:func:`~.graph_costs.simulate_graph`, which the solver does not use.
+
+Size and time.  FIGURES
 
 SciPy is an optional dependency (the ``milp`` extra: ``pip install
 "remat[milp]"``); without it, :func:`plan_graph` raises an ImportError naming
@@ -76,10 +90,10 @@ from .graph_costs import GraphCosts, GraphPlan, GraphPlanError, simulate_graph
 from .graph_greedy import OpGraph, Plan, greedy_plan
 from .graph_milp import Model, scipy_parts
 
-# the full model up to this many R variables (T (T + 1) / 2: 126 ops); above, windows
-# whose depth keeps the model's R variables to about WINDOWED_R
-FULL_R = 8000
-WINDOWED_R = 6000
+# the full model up to this many R variables (T (T + 1) / 2: 62 ops); above, the deepest
+# windows with at most WINDOWED_R R variables a stage on average
+FULL_R = 2000
+WINDOWED_R = 20
 ROUNDINGS = (0.5, 0.3, 0.7, 0.1, 0.9, 0.2, 0.8, 0.99, 0.01)
 
 
@@ -107,7 +121,7 @@ def plan_graph(
     heuristic it guides (``"lp heuristic"``), faster and with no bound on
     its distance from the optimum.  ``window`` is the depth of the windows
     (stage ``t`` recomputes only ancestors of its op at most ``window`` edges
-    up): ``None`` chooses (none up to 126 ops), ``0`` solves the full model.
+    up): ``None`` chooses (none up to 62 ops), ``0`` solves the full model.
 
     >>> from remat.schedules import GraphCosts, plan_graph
     >>> g = GraphCosts([(), (0,), (1,), (2,), (2, 3), (1, 4)], [0, 1, 1, 1, 1, 1],
@@ -180,7 +194,8 @@ def windows(graph: OpGraph, window: int | None) -> list[list[int]] | None:
     """Each stage's candidates: the ancestors of its op within ``window`` edges (None: all).
 
     ``window=None`` chooses: no windows while the full model has at most
-    ``FULL_R`` R variables, else the deepest windows with at most ``WINDOWED_R``.
+    ``FULL_R`` R variables (62 ops), else the deepest windows with at most
+    ``WINDOWED_R`` (20) a stage on average.
 
     >>> from remat.schedules import GraphCosts
     >>> from remat.schedules.graph_greedy import OpGraph
@@ -195,7 +210,7 @@ def windows(graph: OpGraph, window: int | None) -> list[list[int]] | None:
     chosen = _ancestors(graph, depth)
     while window is None and depth < T:
         deeper = _ancestors(graph, depth + 1)
-        if sum(map(len, deeper)) > WINDOWED_R or deeper == chosen:
+        if sum(map(len, deeper)) > WINDOWED_R * T or deeper == chosen:
             break
         depth, chosen = depth + 1, deeper
     return chosen
