@@ -53,7 +53,7 @@ from typing import Any
 from .blockwise import _bit_identical, _max_diff
 from .budget import Tape
 from .checkpoint import checkpoint
-from .graph import DTR, HEURISTICS
+from .graph import DTR, HEURISTICS, Planned
 from .graph_workloads import GraphWorkload
 from .selective import count_ops
 from .units import parse_bytes
@@ -80,8 +80,9 @@ class GraphRow:
     over store-all's median.  ``tape_peak_bytes``: the tape's own count (None
     for checkpoint, which has no such count); ``traced_peak_bytes``: tracemalloc
     peak of one forward + backward.  ``solve_seconds``, ``predicted_seconds``,
-    ``plan_method``: the optimal plan's, from its ``tape.stats``.
-    ``bit_identical``: every run's gradients equal store-all's exactly.
+    ``plan_method``: the optimal plan's, from its ``tape.stats``; ``plan_ops``: the ops of
+    the graph it planned, forward and backward.  ``bit_identical``: every run's gradients
+    equal store-all's exactly.
     """
 
     method: str
@@ -99,6 +100,7 @@ class GraphRow:
     solve_seconds: float | None = None
     predicted_seconds: float | None = None
     plan_method: str | None = None
+    plan_ops: int | None = None
     bit_identical: bool | None = None
     max_grad_diff: float | None = None
     loss: float | None = None
@@ -182,13 +184,15 @@ class _Method:
             row.reason = f"a run did not follow the plan: {why}"
 
 
-def _make_tape(method: str, budget: int | None) -> Callable[[], Any] | None:
+def _make_tape(
+    method: str, budget: int | None, time_limit: float = 30.0
+) -> Callable[[], Any] | None:
     if method == "store_all":
         return Tape
     if method == "checkpoint":
         return None
-    if method == "optimal":
-        return lambda: Tape(memory=budget, remat="optimal")
+    if method == "optimal":  # Planned() raises an ImportError naming the extra without SciPy
+        return lambda: Tape(memory=budget, remat=Planned(time_limit=time_limit))
     return lambda: Tape(memory=budget, remat=DTR(method.removeprefix("dtr:")))
 
 
@@ -225,6 +229,7 @@ def _first_run(method: _Method, counted_base: int) -> None:
         row.solve_seconds = stats.solve_seconds
         row.predicted_seconds = stats.predicted_seconds
         row.plan_method = stats.method
+        row.plan_ops = None if stats.graph is None else len(stats.graph.ops)
 
 
 def _timed_rounds(methods: Sequence[_Method], repeats: int, reference: list[Any]) -> None:
@@ -260,10 +265,13 @@ def compare_graph(
     budgets: Sequence[float | int | str] = (0.5, 0.33),
     repeats: int = 5,
     methods: Sequence[str] = METHODS,
+    time_limit: float = 30.0,
 ) -> list[GraphRow]:
     """Every method of ``methods`` (store_all, the reference, always runs) on
     ``workload`` at each of ``budgets`` (:func:`budget_bytes`): a list of
     :class:`GraphRow`, store_all and checkpoint first, then each budget's rows.
+    ``time_limit``: the optimal plan's, in seconds, for each budget
+    (``remat.graph.Planned(time_limit=)``: past it, the LP relaxation rounded, or DTR).
 
     >>> from remat.graph_compare import compare_graph
     >>> from remat.graph_workloads import unet
@@ -290,7 +298,7 @@ def compare_graph(
     runs = []
     for name, budget in cells:
         row = GraphRow(name, budget, None if budget is None else budget / saved)
-        runs.append(_Method(workload, row, _make_tape(name, budget)))
+        runs.append(_Method(workload, row, _make_tape(name, budget, time_limit)))
     with count_ops() as counted:
         workload.loss_and_gradients(Tape())  # warms up; the ops store-all evaluates
     base = sum(counted.values())

@@ -90,9 +90,9 @@ def compare(args, out=None):
                 f"drop {', '.join(refused)}"
             )
         return compare_graph_workload(args, out)
-    for name in ("size", "methods"):
+    for name in ("size", "methods", "time_limit"):
         if getattr(args, name) is not None:
-            return _usage_error(f"--{name} needs --graph")
+            return _usage_error(f"--{name.replace('_', '-')} needs --graph")
     args.workload = args.workload or "resmlp"
     if args.budgets is not None:
         if args.memory is None:

@@ -21,6 +21,7 @@ from ..units import binary_unit, format_bytes
 from .common import (
     MiB,
     compare_heading,
+    cost_option,
     environment,
     in_unit,
     names_option,
@@ -42,14 +43,17 @@ def graph_option(text):
     return text
 
 
-def size_of_graph(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--size must be a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"--size must be positive and finite, got {text!r}")
-    return int(value) if value.is_integer() else value
+def positive_option(name):
+    """An option's type: a positive finite number (an int if it is whole)."""
+    number = cost_option(name)
+
+    def parse(text):
+        value = number(text)
+        if value == 0:
+            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text!r}")
+        return int(value) if value.is_integer() else value
+
+    return parse
 
 
 def add_graph_options(compare):
@@ -68,10 +72,17 @@ def add_graph_options(compare):
         "resnet's stages, transformer_ops' blocks, adaptive_ode's horizon; default: the "
         "builder's)"
     )
-    compare.add_argument("--size", type=size_of_graph, help=size_help)
+    compare.add_argument("--size", type=positive_option("--size"), help=size_help)
     methods_help = (
         f"with --graph: the methods to compare, separated by commas, from {methods}; "
         "store_all always runs, as the reference (default: all)"
+    )
+    compare.add_argument(
+        "--time-limit",
+        type=positive_option("--time-limit"),
+        metavar="SECONDS",
+        help="with --graph: the optimal plan's solve time limit per budget (past it, the LP "
+        "relaxation rounded, or DTR, as the row says; default: 30)",
     )
     methods_type = names_option("--methods", graph_compare.METHODS)
     compare.add_argument("--methods", metavar="NAMES", type=methods_type, help=methods_help)
@@ -90,7 +101,8 @@ def compare_graph_workload(args, out):
     workload = make_graph_workload(args.graph, args.size)
     budgets = args.budgets or DEFAULT_BUDGETS
     methods = args.methods or graph_compare.METHODS
-    rows = graph_compare.compare_graph(workload, budgets, args.repeats, methods)
+    limit = 30.0 if args.time_limit is None else args.time_limit
+    rows = graph_compare.compare_graph(workload, budgets, args.repeats, methods, limit)
     failures = graph_compare.failures_of(rows)
     if args.plot:
         graph_figure(rows, f"remat compare --graph {args.graph}").savefig(
@@ -158,8 +170,11 @@ def _table(rows, args, description, saved, failures, out):
             f"{_cell(row.solve_seconds, '.3f', 8)} {_cell(row.predicted_seconds, '.4f', 9)} "
             f"{'bit-identical' if row.bit_identical else 'DIFFER':>13}"
         )
+        notes = [f"plan: {row.plan_method}"] if row.plan_method else []
         if row.reason:
-            lines.append(f"{'':<24} note: {row.reason}")
+            notes.append(row.reason)
+        if notes:
+            lines.append(f"{'':<24} {'; '.join(notes)}")
     blas = os.environ.get("OPENBLAS_NUM_THREADS")
     lines += [
         "",
