@@ -378,9 +378,11 @@ show(fig,
 # `tape.stats.names`) is not the one drawn above. A budget counts the values that
 # records *save*, so the planner has a node per op whose output some record saves
 # (an *op value*); the ops in between (the padding, the slices, ...) are the
-# *recipe* of the op values made from them, recomputed with them. Then one node per
-# VJP, as before. Placing each node at the index of its op puts every VJP under its
-# op again. The plan is data: `simulate_graph` checks and prices it without the
+# *recipe* of the op values made from them, recomputed with them. Then the VJPs, in
+# the order the backward runs them, those whose reads nest sharing one node (`vjp
+# matmul 40 (+7)` stands for the VJP of op 40 and the seven after it in the sweep).
+# Placing each node at the index of its (first) op puts every VJP node under its op
+# again. The plan is data: `simulate_graph` checks and prices it without the
 # solver, and `graph_diagram` draws it.
 
 # %%
@@ -394,17 +396,18 @@ plan, planned = stats.plan, stats.graph
 result = simulate_graph(plan, planned)
 values = sum(not name.startswith("vjp ") for name in stats.names)
 print(f"the planner's graph: {values} op values of {forward_ops} ops, "
-      f"{planned.nodes - values} VJP nodes")
-print(f"second run: {stats.method} plan, solved in {stats.solve_seconds:.1f} s; "
-      f"{stats.recomputed_ops} ops recomputed (DTR('lru'): {dtr_recomputed}); "
-      f"peak {stats.peak_bytes / KiB:.0f} KiB of {budget / KiB:.0f}")
+      f"{planned.nodes - values} VJP nodes:", ", ".join(stats.names))
+print(f"second run: {stats.method} plan, solved in {stats.solve_seconds:.1f} s; it "
+      f"recomputes {plan.recomputed} op values, {stats.recomputed_ops} ops with their "
+      f"recipes (DTR('lru'): {dtr_recomputed}); peak {stats.peak_bytes / KiB:.0f} KiB "
+      f"of {budget / KiB:.0f}")
 print(f"predicted compute {stats.predicted_seconds * 1e3:.2f} ms, "
       f"store-all's {sum(planned.compute) * 1e3:.2f} ms (measured op by op)")
 assert stats.peak_bytes <= budget and result.peak_bytes <= plan.memory
 
 fig, ax = plt.subplots(figsize=(14, 5))
-graph_diagram(planned, plan, names=stats.names, forward=values, ax=ax,
-              columns=[int(name.split()[-1]) for name in stats.names])  # the op's index
+op_index = [next(int(w) for w in name.split() if w.isdigit()) for name in stats.names]
+graph_diagram(planned, plan, names=stats.names, forward=values, columns=op_index, ax=ax)
 show(fig,
      "The planner's graph of the U-Net (a node per saved op value above, a node per VJP "
      "below, each at its op's index) coloured by the plan at 60% of store-all's saved "
