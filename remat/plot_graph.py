@@ -23,6 +23,14 @@ colours are :data:`remat.plot.GRAPH_COLOURS`, those of
 :func:`remat.plot.graph_plan_diagram` (which draws the same plan stage by
 stage).
 
+A DTR run has no plan: it is drawn from how many times it recomputed each
+value (``recomputed=``).  A graph that :meth:`GraphCosts.joint
+<remat.schedules.GraphCosts.joint>` did not make (a planned tape's
+``tape.stats.graph``, whose VJP nodes follow its op values) says where its
+gradient nodes start (``forward=``) and where each node goes across
+(``columns=``, say the index of the op it stands for): see
+:func:`graph_layout` and notebook 06.
+
 Install with ``pip install "remat[plot]"``.
 """
 
