@@ -306,8 +306,9 @@ class Cache:
         for u, _ in v.saves:
             u = u or v
             u.last = self.clock
-            if u.evicted:
-                keep.append(self.materialize(u))
+            # one in memory is held too (brought back on the way to an earlier one, or
+            # never evicted): the next one's recomputation may not evict it
+            keep.append(self.materialize(u) if u.evicted else u.ref())
 
     def _drop_released(self):
         prev = self.reversing

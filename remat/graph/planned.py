@@ -297,7 +297,8 @@ class PlannedCache(Cache):
                 if id(v) in self.kept:
                     self._unkeep(v)
                 elif id(v) in self.resident:
-                    if self._freeable(v) is None:
+                    freeable = self._freeable(v)  # its array or None (a bool on h/dtrfast)
+                    if freeable is None or freeable is False:
                         continue  # user code (or the op running) holds it: later
                     self.evict(v)
                 elif forward and not v.evicted and not v.pinned:

@@ -78,18 +78,13 @@ class Run:
         for a in v.consts:
             o = owner(a)
             self.fixed[id(o)] = o.nbytes
-        kwargs = v.kwargs or {}
-        signature = (
-            v.op.name,
-            v.shape,
-            v.dtype,
-            tuple(sources),
-            tuple(sorted((name, _key(x)) for name, x in kwargs.items())),
-        )
+        kwargs = v.kwargs
+        keywords = tuple(sorted((name, _key(x)) for name, x in kwargs.items())) if kwargs else ()
+        signature = (v.op.name, v.shape, v.dtype, tuple(sources), keywords)
         self.values.append(v)
         self.node[id(v)] = k
         self.signatures.append(signature)
-        self.parents.append(tuple(sorted(set(parents))))
+        self.parents.append(tuple(parents) if len(parents) < 2 else tuple(sorted(set(parents))))
         self.cost.append(v.cost)  # until the tape's own time for it is known
         o = owner(out)
         first = self.owners.get(id(o))
@@ -107,7 +102,7 @@ class Run:
             if j is not None:
                 self.saved.add(j)
                 reads.append(j)
-        self.reads.append(tuple(sorted(set(reads))))
+        self.reads.append(tuple(reads) if len(reads) < 2 else tuple(sorted(set(reads))))
         return signature
 
     def start_sweep(self, root: int) -> None:

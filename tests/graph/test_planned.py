@@ -156,7 +156,7 @@ def test_a_skip_connection_at_a_third_of_its_memory():
     s = tape.stats
     assert s.peak_bytes <= budget
     assert s.planned or s.fallback  # a plan followed, or DTR and why
-    if s.planned:
+    if s.planned and not s.departures:  # (DTR may have had to step in: it says so)
         assert s.recomputed_ops == s.predicted_recomputed_ops
 
 
@@ -347,3 +347,35 @@ def test_rm_grad_and_a_second_backward_inside_a_planned_tape():
         for w in ws:
             w.grad = None
     assert "second reverse sweep" in tape.stats.fallback
+
+
+def test_a_vjp_reading_three_values_gets_all_of_them_back():
+    # DTR's before_vjp held only the values it recomputed: one brought back on the way to
+    # another (b's recomputation brings back a) could be evicted by the next one's (c's),
+    # and the VJP read the Value left in its slot (lru at 2048 bytes raised in einsum)
+    rng = np.random.default_rng(0)
+    w = rm.tensor(rng.standard_normal((8, 8)) / 3, requires_grad=True)
+    x = rm.tensor(rng.standard_normal((8, 8)))
+
+    def run(tape):
+        with tape:
+            a = rm.sin(x @ w)
+            b = rm.cos(a) * 1.0
+            c = rm.tanh(x @ w) + 0.0
+            d = rm.einsum("ij,jk,kl->il", b, a, c)
+            a = b = c = None
+            loss = (d * d).sum()
+        loss.backward()
+        grad, w.grad = w.grad, None
+        return grad
+
+    expected = run(rm.Tape())
+    for budget in range(1024, 4096, 128):
+        for remat in (rm.graph.DTR("lru"), Planned(time_limit=1.0)):
+            tape = rm.Tape(memory=budget, remat=remat)
+            try:
+                for _ in range(2 if isinstance(remat, Planned) else 1):
+                    np.testing.assert_array_equal(run(tape), expected)
+            except MemoryError:
+                continue
+            assert tape.stats.peak_bytes <= budget
