@@ -114,7 +114,8 @@ def _optimal_targets(optimal, where):
     (judged on graphs of at most 300 ops, forward and backward, as the planner sees them)."""
     target = "optimal: measured within 10% of predicted"
     if optimal is None or not optimal.available:
-        return [[target, where, "not run" if optimal is None else _short(optimal.reason), "n/a"]]
+        why = "not run" if optimal is None else _short(optimal.reason)
+        return [[target, where, why, "**no** (a bug)" if optimal and optimal.crashed else "n/a"]]
     ops = optimal.plan_ops
     solve = [
         "optimal: solve <= 30 s at 300 ops",
@@ -207,7 +208,13 @@ def run(quick=False):
         "`tape.stats.peak_bytes` (store-all: the bytes it saves); budgets: shares of "
         f"store-all's saved bytes; DTR in the targets: `{DTR}`."
     )
-    parts = ["## graph (`python -m benchmarks graph`)\n", environment(), "", how, ""]
+    parts = [
+        "## Any program under a budget: graph workloads (`python -m benchmarks graph`)\n",
+        environment(),
+        "",
+        how,
+        "",
+    ]
     targets = []
     for name in WORKLOADS:
         text, rows = bench(name, quick, repeats)

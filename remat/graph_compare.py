@@ -82,7 +82,8 @@ class GraphRow:
     peak of one forward + backward.  ``solve_seconds``, ``predicted_seconds``,
     ``plan_method``: the optimal plan's, from its ``tape.stats``; ``plan_ops``: the ops of
     the graph it planned, forward and backward.  ``bit_identical``: every run's gradients
-    equal store-all's exactly.
+    equal store-all's exactly.  ``crashed``: the method raised an error no budget
+    explains (a bug; ``reason`` holds it, :func:`failures_of` lists it).
     """
 
     method: str
@@ -104,6 +105,7 @@ class GraphRow:
     bit_identical: bool | None = None
     max_grad_diff: float | None = None
     loss: float | None = None
+    crashed: bool = False
 
     @property
     def label(self) -> str:
@@ -218,6 +220,12 @@ def _first_run(method: _Method, counted_base: int) -> None:
     except (MemoryError, NotImplementedError, ImportError) as error:
         row.available, row.reason = False, f"{type(error).__name__}: {error}"
         return
+    except Exception as error:  # a bug: the other methods are still measured
+        if row.method == "store_all":
+            raise
+        row.available, row.crashed = False, True
+        row.reason = f"{type(error).__name__}: {error}"
+        return
     method.first_grads = grads
     method.ran(tape)
     stats: Any = getattr(tape, "stats", None)
@@ -248,11 +256,13 @@ def _timed_rounds(methods: Sequence[_Method], repeats: int, reference: list[Any]
             start = time.perf_counter()
             try:
                 _, grads, tape = method.run()
-            except MemoryError as error:
-                row.available = False
+            except Exception as error:
+                if row.method == "store_all":
+                    raise
+                row.available, row.crashed = False, not isinstance(error, MemoryError)
                 row.reason = (
-                    f"MemoryError in timed run {len(row.seconds_runs) + 1} (the runs before "
-                    f"it fitted): {error}"
+                    f"{type(error).__name__} in timed run {len(row.seconds_runs) + 1} (the "
+                    f"runs before it did not raise it): {error}"
                 )
                 continue
             row.seconds_runs.append(time.perf_counter() - start)
@@ -321,8 +331,9 @@ def compare_graph(
 
 
 def failures_of(rows: Sequence[GraphRow]) -> list[str]:
-    """What went wrong: gradients not bit for bit store-all's, a tape over its budget."""
-    failures = []
+    """What went wrong: gradients not bit for bit store-all's, a tape over its budget, an
+    error no budget explains."""
+    failures = [f"{row.label}: raised {row.reason}: a bug" for row in rows if row.crashed]
     for row in rows:
         if row.available and not row.bit_identical:
             failures.append(

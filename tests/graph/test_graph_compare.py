@@ -128,6 +128,27 @@ def test_a_timed_run_over_the_budget_marks_its_row_and_stops_the_method(monkeypa
     lru = rows[1]
     assert not lru.available and lru.seconds is None and calls.count("dtr:lru") == 2
     assert (
-        lru.reason == "MemoryError in timed run 1 (the runs before it fitted): too tight this time"
+        lru.reason
+        == "MemoryError in timed run 1 (the runs before it did not raise it): too tight this time"
     )
     assert len(rows[0].seconds_runs) == 3 and rows[0].available
+
+
+@pytest.mark.parametrize("when", [1, 2])  # the traced run, a timed run
+def test_an_error_no_budget_explains_is_a_failure_and_the_others_still_run(monkeypatch, when):
+    real, calls = gc._run, []
+
+    def broken(workload, method, tape):
+        calls.append(method)
+        if method == "dtr:lru" and calls.count(method) == when:
+            raise IndexError("tuple index out of range")
+        return real(workload, method, tape)
+
+    monkeypatch.setattr(gc, "_run", broken)
+    methods = ["store_all", "dtr:lru", "dtr:h_dtr"]
+    rows = gc.compare_graph(tiny_unet(), [0.5], repeats=2, methods=methods)
+    broken, fine = {r.method: r for r in rows}["dtr:lru"], {r.method: r for r in rows}["dtr:h_dtr"]
+    assert broken.crashed and not broken.available and "IndexError" in broken.reason
+    assert fine.available and len(fine.seconds_runs) == 2
+    (failure,) = gc.failures_of(rows)
+    assert failure.startswith("dtr:lru @ 50%: raised IndexError") and failure.endswith("a bug")
