@@ -13,7 +13,9 @@
 * :func:`budget_curve` - forward steps and memory against the snapshot budget,
   with the binomial optimum drawn.
 * :func:`graph_plan_diagram` - a graph plan (:func:`remat.schedules.plan_graph`):
-  what each stage computes, recomputes and holds.
+  what each stage computes, recomputes and holds;
+  :func:`remat.plot_graph.graph_diagram` draws the graph itself, each value
+  coloured by what the plan does with it.
 
 Install with ``pip install "remat[plot]"``.
 """
@@ -318,6 +320,19 @@ def two_level_diagram(
     return fig
 
 
+GRAPH_COLOURS = {
+    "computed": "#1f3b73",
+    "recomputed": "#e8871e",
+    "held": "#c6d4ea",
+    "kept": "#1f3b73",
+    "freed": "#c6d4ea",
+    "input": "#9a9a9a",
+}
+"""The colours of a graph's values: :func:`graph_plan_diagram` draws a stage's values
+computed, recomputed or held; :func:`remat.plot_graph.graph_diagram` each value kept
+from its stage to its last use (as computed), recomputed, or freed at once (as held)."""
+
+
 def graph_plan_diagram(
     plan: S.GraphPlan, costs: S.GraphCosts, ax: Axes | None = None, title: str | None = None
 ) -> Figure:
@@ -338,7 +353,7 @@ def graph_plan_diagram(
     fig, ax = _axes(ax, figsize=(8, 5))
     result = S.simulate_graph(plan, costs)
     held: frozenset[int] = frozenset()
-    colours = {"computed": "#1f3b73", "recomputed": "#e8871e", "held": "#c6d4ea"}
+    colours = {kind: GRAPH_COLOURS[kind] for kind in ("computed", "recomputed", "held")}
     for t, (run, keep) in enumerate(zip(plan.compute, plan.keep)):
         for node in held:
             ax.add_patch(_cell(t, node, colours["held"]))

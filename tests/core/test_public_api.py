@@ -17,6 +17,7 @@ import remat as rm
 import remat.graph_workloads
 import remat.memory
 import remat.plot
+import remat.plot_graph
 import remat.typing
 import remat.units
 import remat.workloads
@@ -27,6 +28,7 @@ SUBMODULES = [
     rm.optim,
     rm.memory,
     rm.plot,
+    rm.plot_graph,
     rm.pytree,
     rm.typing,
     rm.units,

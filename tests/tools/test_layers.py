@@ -33,7 +33,8 @@ LAYERS = [
     + ["remat.memory", "remat.measure"]
     + ["remat.disk", "remat.blockwise", "remat.optim", "remat.workloads"]  # the front ends
     + ["remat.graph_workloads", "remat.graph_compare"],
-    ["remat.plot", "remat.cli", "remat.__main__", "remat"],  # plots, CLI, the public face
+    # plots, CLI, the public face
+    ["remat.plot", "remat.plot_graph", "remat.cli", "remat.__main__", "remat"],
 ]
 
 

@@ -47,6 +47,7 @@ def test_each_notebook_is_a_pair():
         "03_model_under_a_memory_budget",
         "04_transformer_under_a_memory_budget",
         "05_forward_and_reverse",
+        "06_any_program_under_a_memory_budget",
     ]
     assert sorted(path.stem for path in FOLDER.glob("*.ipynb")) == [p.stem for p in SOURCES]
     assert not (FOLDER / "build.py").exists()
