@@ -11,6 +11,8 @@ The tests are kept by feature, one folder per area of remat:
 * ``checkpoint/``: rm.checkpoint, policies, the recompute guard;
 * ``budgets/``: byte budgets (``rm.Tape(memory=)``) and what they count;
 * ``storage/``: disk snapshots;
+* ``graph/``: any program under a budget: DTR, the graph planner, planned tapes,
+  the graph workloads and their comparison;
 * ``tools/``: the command line, plots, benchmarks, notebooks, workloads.
 
 Shared code lives in modules, never in test files: ``strategies.py`` (hypothesis
@@ -24,6 +26,8 @@ cores); ``python -m pytest`` runs everything, as CI does.  The slow tests are th
 notebooks (marked where they are) and those listed in :data:`SLOW`: each is the
 slowest of several tests of its feature, so the quick loop still tests every feature.
 """
+
+import sys
 
 import pytest
 
@@ -154,3 +158,13 @@ def fresh_plans():
     memory.clear_plans()
     yield
     memory.clear_plans()
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Each test's figures are closed after it: pyplot keeps them open otherwise, and
+    warns once twenty are."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")

@@ -15,15 +15,6 @@ from matplotlib.colors import to_rgba  # noqa: E402  (after the importorskip)
 from remat.plot import GRAPH_COLOURS  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    """Each test's figures are closed after it (pyplot keeps them open otherwise)."""
-    yield
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
-
-
 def chain_and_plan():
     """x0 (input) -> 1 -> 2 -> 3 (the loss), and its joint graph's gradient nodes
     4 (of 3: reads 2, 3), 5 (of 2: reads 1, 4), 6 (of 1: reads 0, 5).  The plan,
