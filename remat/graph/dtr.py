@@ -78,7 +78,7 @@ from .choice import Choice
 from .heuristics import Heuristic
 from .lazy import Pending, build
 from .options import DTR, DTRStats, refuse
-from .value import Value
+from .value import Value, keyword_arrays
 
 
 def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
@@ -230,6 +230,8 @@ class Cache(Choice):
                     self.leaf(self._owner(d))
                 else:
                     consts.append(d)
+        if kwargs or record.kwargs:  # an index table its keywords keep: a constant
+            consts.extend(keyword_arrays(kwargs, record.kwargs))
         v = Value(
             record, kwargs, tuple(inputs), weakref.ref(out), out.dtype, now - self.time, self.clock
         )

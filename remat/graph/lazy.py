@@ -43,7 +43,7 @@ from .. import backend, guard
 from ..core.tape import next_sequence
 from ..guard import REBOUND
 from ..tape import Leaf, Record
-from .value import Value
+from .value import Value, keyword_arrays
 
 _clock, _weak, _is_array, _owner = (
     time.perf_counter,
@@ -88,6 +88,10 @@ class Pending:
                 inputs, consts, checks, held = self._resolve(cache, record, datas)
         else:
             inputs, consts, checks, held = self._resolve(cache, record, datas)
+        if kwargs or record.kwargs:  # an index table its keywords keep: a constant
+            extra = keyword_arrays(kwargs, record.kwargs)
+            if extra:
+                consts, held = (*consts, *extra), (*held, *extra)
         owned, mark, adding = self.owned, id(record), 0
         for a in held:  # count the buffers not counted yet (leaves' are in owned)
             if a is None:
