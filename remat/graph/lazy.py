@@ -197,7 +197,7 @@ def build(cache: Any, pending: Pending) -> None:
         tick += 1
         ref = _UNSEEN if ans is None else _weak(ans)
         v = Value(record, kwargs, ins, ref, dtype, now - before, tick)
-        before, v.oid = now, oid
+        before, v.oid, v.index = now, oid, tick - 1
         made[id(record)] = v
         if record.parents is None:  # released by a backward run while lazy
             v.pin()
