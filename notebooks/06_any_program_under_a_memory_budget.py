@@ -47,7 +47,6 @@
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small graphs: one BLAS thread, less noise
-import contextlib
 import math
 from collections import Counter
 from io import BytesIO
@@ -62,7 +61,7 @@ import PIL.Image
 from IPython.display import Image, display
 
 import remat as rm
-from remat.graph import DTR, HEURISTICS, dtr
+from remat.graph import DTR, HEURISTICS
 from remat.graph_compare import compare_graph, failures_of
 from remat.graph_workloads import unet
 from remat.plot_graph import graph_diagram
@@ -285,64 +284,40 @@ show(fig,
 # %% [markdown]
 # ## What DTR evicts and recomputes
 #
-# To see DTR's choices, count them as it runs: the cell below wraps the cache's
-# `evict` and the function that recomputes one value, for one run, keyed by the
-# record each value belongs to. (This looks inside `remat.graph.dtr`; `tape.stats`
-# gives only the totals.) The tape records the same ops in the same order as the
-# run that made the graph above, so record `k` is node `k`. `lru` is used here
-# because its choices do not depend on measured times: the picture is the same on
-# every run.
+# `tape.stats` counts DTR's choices per op as it runs: `evicted_by_op[k]` is how
+# many times op `k`'s value was evicted, `recomputed_by_op[k]` how many times op `k`
+# was evaluated again (only the ops that had any), op `k` being `tape.records[k]`
+# on a tape run once. The tape records the same ops in the same order as the run
+# that made the graph above, so op `k` is node `k`. `lru` is used here because its
+# choices do not depend on measured times: the picture is the same on every run.
 
 # %%
-@contextlib.contextmanager
-def watching_dtr():
-    """Count, per record (by its sequence number), the values DTR evicts and the ops it
-    evaluates again, while the block runs."""
-    evicted, recomputed = Counter(), Counter()
-    evict, recompute = dtr.Cache.evict, dtr._recompute
-
-    def counting_evict(cache, value):
-        evicted[value.record.seq] += 1
-        return evict(cache, value)
-
-    def counting_recompute(cache, value, datas):
-        recomputed[value.record.seq] += 1
-        return recompute(cache, value, datas)
-
-    dtr.Cache.evict, dtr._recompute = counting_evict, counting_recompute
-    try:
-        yield evicted, recomputed
-    finally:
-        dtr.Cache.evict, dtr._recompute = evict, recompute
-
-
 budget = int(0.6 * size.saved_bytes)
 tape = rm.Tape(memory=budget, remat=DTR("lru"))
 for p in params:
     p.grad = None
-with watching_dtr() as (evicted, recomputed):
-    with tape:
-        loss = model.forward()
-    node = {record.seq: k for k, record in enumerate(tape.records)}
-    assert [r.op.name for r in tape.records] == [n.split()[0] for n in names[:forward_ops]]
-    loss.backward()
+with tape:
+    loss = model.forward()
+assert [r.op.name for r in tape.records] == [n.split()[0] for n in names[:forward_ops]]
+loss.backward()
 assert all(np.array_equal(p.grad, r) for p, r in zip(params, reference))
 stats = tape.stats
 dtr_recomputed = stats.recomputed_ops
 print(f"DTR('lru') at {budget / KiB:.0f} KiB: {stats.evictions} evictions, "
       f"{stats.recomputed_ops} ops recomputed, peak {stats.peak_bytes / KiB:.0f} KiB")
-assert sum(evicted.values()) == stats.evictions
-assert sum(recomputed.values()) == stats.recomputed_ops and stats.peak_bytes <= budget
+assert sum(stats.evicted_by_op.values()) == stats.evictions
+assert sum(stats.recomputed_by_op.values()) == stats.recomputed_ops
+assert stats.peak_bytes <= budget
 assert stats.recomputed_ops >= 2 * stats.evictions  # (see below)
-for what, counted in (("evicted", evicted), ("recomputed", recomputed)):
+for what, counted in (("evicted", stats.evicted_by_op), ("recomputed", stats.recomputed_by_op)):
     by_op = Counter()
-    for seq, n in counted.items():
-        by_op[names[node[seq]].split()[0]] += n
+    for k, n in counted.items():
+        by_op[names[k].split()[0]] += n
     print(f"{what}, by op:", ", ".join(f"{op} {n}" for op, n in by_op.most_common()))
 
 fig, ax = plt.subplots(figsize=(14, 5))
 graph_diagram(graph, names=names, ax=ax,
-              recomputed={node[seq]: n for seq, n in recomputed.items()},
+              recomputed=stats.recomputed_by_op,
               title=f"DTR('lru') at 60% of store-all's saved bytes: "
                     f"{stats.recomputed_ops} recomputations")
 show(fig,
@@ -381,8 +356,8 @@ show(fig,
 # *recipe* of the op values made from them, recomputed with them. Then the VJPs, in
 # the order the backward runs them, those whose reads nest sharing one node (`vjp
 # matmul 40 (+7)` stands for the VJP of op 40 and the seven after it in the sweep).
-# Placing each node at the index of its (first) op puts every VJP node under its op
-# again. The plan is data: `simulate_graph` checks and prices it without the
+# `tape.stats.columns` gives each node's op index (a VJP node's: its first VJP's);
+# placing each node there puts every VJP node under its op again. The plan is data: `simulate_graph` checks and prices it without the
 # solver, and `graph_diagram` draws it.
 
 # %%
@@ -406,8 +381,7 @@ print(f"predicted compute {stats.predicted_seconds * 1e3:.2f} ms, "
 assert stats.peak_bytes <= budget and result.peak_bytes <= plan.memory
 
 fig, ax = plt.subplots(figsize=(14, 5))
-op_index = [next(int(w) for w in name.split() if w.isdigit()) for name in stats.names]
-graph_diagram(planned, plan, names=stats.names, forward=values, columns=op_index, ax=ax)
+graph_diagram(planned, plan, names=stats.names, forward=values, columns=stats.columns, ax=ax)
 show(fig,
      "The planner's graph of the U-Net (a node per saved op value above, a node per VJP "
      "below, each at its op's index) coloured by the plan at 60% of store-all's saved "

@@ -78,7 +78,7 @@ from .choice import Choice
 from .heuristics import Heuristic
 from .lazy import Pending, build
 from .options import DTR, DTRStats, refuse
-from .value import Value
+from .value import Value, keyword_arrays
 
 
 def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
@@ -97,8 +97,10 @@ def _recompute(cache: Cache, w: Value, datas: Any) -> Any:
     if not backend.is_array(out):
         out = backend.xp.asarray(out)
     w.cost = time.perf_counter() - start
-    cache._stats.recomputed_ops += 1
-    cache._stats.recompute_seconds += w.cost
+    stats = cache._stats
+    stats.recomputed_ops += 1
+    stats.recomputed_by_op[w.index] = stats.recomputed_by_op.get(w.index, 0) + 1
+    stats.recompute_seconds += w.cost
     if out.shape != w.shape or out.dtype != w.dtype:
         raise ReplayError(
             f"a DTR tape recomputing `{w.op.name}`: it gave shape {out.shape} dtype "
@@ -230,6 +232,8 @@ class Cache(Choice):
                     self.leaf(self._owner(d))
                 else:
                     consts.append(d)
+        if kwargs or record.kwargs:  # an index table its keywords keep: a constant
+            consts.extend(keyword_arrays(kwargs, record.kwargs))
         v = Value(
             record, kwargs, tuple(inputs), weakref.ref(out), out.dtype, now - self.time, self.clock
         )
@@ -238,6 +242,7 @@ class Cache(Choice):
             v.checks = guard.checks(datas)
         held = list(consts)
         v.link(self, held)
+        v.index = self._stats.ops
         self._stats.ops += 1
         upper = sum(a.nbytes if a.base is None else self._owner(a).nbytes for a in held)
         if self.bytes + upper > self.limit:  # else it fits, counting each buffer as new
@@ -288,7 +293,9 @@ class Cache(Choice):
         v.evicted = True
         v.cache = self
         del self.resident[id(v)]
-        self._stats.evictions += 1
+        stats = self._stats
+        stats.evictions += 1
+        stats.evicted_by_op[v.index] = stats.evicted_by_op.get(v.index, 0) + 1
 
     def _too_small(self, adding, record):
         need = self.bytes + adding

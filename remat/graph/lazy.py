@@ -43,7 +43,7 @@ from .. import backend, guard
 from ..core.tape import next_sequence
 from ..guard import REBOUND
 from ..tape import Leaf, Record
-from .value import Value
+from .value import Value, keyword_arrays
 
 _clock, _weak, _is_array, _owner = (
     time.perf_counter,
@@ -88,6 +88,10 @@ class Pending:
                 inputs, consts, checks, held = self._resolve(cache, record, datas)
         else:
             inputs, consts, checks, held = self._resolve(cache, record, datas)
+        if kwargs or record.kwargs:  # an index table its keywords keep: a constant
+            extra = keyword_arrays(kwargs, record.kwargs)
+            if extra:
+                consts, held = (*consts, *extra), (*held, *extra)
         owned, mark, adding = self.owned, id(record), 0
         for a in held:  # count the buffers not counted yet (leaves' are in owned)
             if a is None:
@@ -193,7 +197,7 @@ def build(cache: Any, pending: Pending) -> None:
         tick += 1
         ref = _UNSEEN if ans is None else _weak(ans)
         v = Value(record, kwargs, ins, ref, dtype, now - before, tick)
-        before, v.oid = now, oid
+        before, v.oid, v.index = now, oid, tick - 1
         made[id(record)] = v
         if record.parents is None:  # released by a backward run while lazy
             v.pin()

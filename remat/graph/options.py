@@ -4,7 +4,7 @@ optimal plan of the recorded graph), checked with the tape's other options; what
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..schedules import GraphCosts, GraphPlan
@@ -138,7 +138,31 @@ class DTRStats:
     ``ops``: records made on the tape; ``evictions``: values evicted;
     ``recomputed_ops`` and ``recompute_seconds``: op evaluations made to
     bring values back, and their time; ``peak_bytes``: the most bytes saved
-    at once (by buffer, as :mod:`remat.alive` counts), at most ``memory``.
+    at once (by buffer, as :mod:`remat.alive` counts, with the constants its
+    ops read and the arrays their keywords keep, such as an index table),
+    at most ``memory``.
+
+    Per op, ``evicted_by_op[k]`` and ``recomputed_by_op[k]`` count the
+    evictions of op ``k``'s value and the evaluations of op ``k`` made to
+    bring values back (only the ops that had any; they sum to ``evictions``
+    and ``recomputed_ops``).  Op ``k`` is the ``k``-th op the tape counted
+    in ``ops``, from 0: on a tape run once, ``tape.records[k]``.  A map
+    ``{node: times}`` of a run's graph, as :func:`remat.plot_graph.value_fates`
+    takes, and, grouped by ``tape.records[k].op.name``, the counts per kind of op:
+
+    >>> import remat as rm
+    >>> x = rm.tensor([0.5] * 1000, requires_grad=True)
+    >>> with rm.Tape(memory=40_000, remat=rm.graph.DTR("lru")) as tape:
+    ...     h = x
+    ...     for _ in range(10):
+    ...         h = rm.sin(h)
+    ...     loss = h.sum()
+    >>> loss.backward()
+    >>> s = tape.stats
+    >>> s.evictions, s.evicted_by_op
+    (4, {0: 1, 1: 1, 2: 1, 3: 1})
+    >>> s.recomputed_ops, s.recomputed_by_op
+    (4, {0: 1, 1: 1, 2: 1, 3: 1})
     """
 
     ops: int = 0
@@ -148,6 +172,8 @@ class DTRStats:
     peak_bytes: int = 0
     memory: int = 0
     heuristic: str = ""
+    evicted_by_op: dict[int, int] = field(default_factory=dict)
+    recomputed_by_op: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -164,7 +190,9 @@ class PlanStats(DTRStats):
     still holds, or one DTR made to keep the budget), the first described in
     ``departed``.  ``plan``, ``graph`` (the joint forward + backward
     :class:`~remat.schedules.GraphCosts`, measured), ``names`` (a label per graph
-    node), ``solve_seconds``, ``predicted_seconds`` (the compute the plan predicts
+    node), ``columns`` (per graph node, the index ``k`` of its op in the run, as
+    ``evicted_by_op`` counts them: an op value's op, or a VJP node's first VJP's
+    op), ``solve_seconds``, ``predicted_seconds`` (the compute the plan predicts
     for a run, forward and VJPs as measured, with its recomputations) and
     ``predicted_recomputed_ops`` (the op evaluations it recomputes) are those of the
     plan this run followed, or else of the plan made at its end for the next runs
@@ -181,6 +209,7 @@ class PlanStats(DTRStats):
     plan: GraphPlan | None = None
     graph: GraphCosts | None = None
     names: list[str] | None = None
+    columns: list[int] | None = None
     solved: bool = False
     departures: int = 0
     departed: str | None = None

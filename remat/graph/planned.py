@@ -364,6 +364,10 @@ class PlannedCache(Cache):
 
 def _describe(stats: PlanStats, entry: Entry, solved: bool) -> None:
     stats.plan, stats.graph, stats.names = entry.plan, entry.joint.graph, entry.joint.names
+    first: dict[int, int] = {}  # a VJP node -> the op of its first VJP in the sweep
+    for k, node in zip(entry.joint.order, entry.joint.stage):
+        first.setdefault(node, k)
+    stats.columns = [*entry.joint.ops, *(first[node] for node in sorted(first))]
     stats.solve_seconds, stats.solved = entry.seconds, solved
     stats.predicted_seconds, stats.predicted_recomputed_ops = entry.predicted()
 

@@ -22,7 +22,7 @@ class Value:
     __slots__ = (
         "cache", "record", "op", "kwargs", "inputs", "ref", "slots", "saves", "users",
         "cost", "size", "last", "evicted", "print", "shape", "dtype", "checks", "pinned", "consts",
-        "oid", "__weakref__",
+        "oid", "index", "__weakref__",
     )  # fmt: skip
 
     def __init__(
@@ -56,6 +56,7 @@ class Value:
         self.pinned = False  # its record was released: it can no longer be remade
         self.consts: tuple = ()  # the arrays it reads that are counted as constants
         self.oid = id(out)  # its array's id, while alive (a lazy tape notes only this)
+        self.index = -1  # its op's index among those the tape counted (stats' by_op keys)
 
     def seen(self, array: Any) -> None:
         """``array`` is this value's (a lazy tape noted only its id): hold it weakly."""
@@ -114,3 +115,19 @@ class Value:
     def __repr__(self) -> str:
         state = "evicted" if self.evicted else "resident"
         return f"<Value of {self.op.name} {self.shape}, {self.size} B, {state}>"
+
+
+def keyword_arrays(forward_kw: Any, kw: Any) -> tuple:
+    """The arrays an op's keywords hold (the integer index table of ``t[idx]``, a
+    boolean mask), alone or in a tuple: ``forward_kw`` (its recipe's, to run it
+    again) and ``kw`` (its record's, for its VJP) keep them alive as long as the
+    record, so the tape counts them as constants; each array once."""
+    found: tuple = ()
+    for d in (forward_kw,) if kw is forward_kw else (forward_kw, kw):
+        if not d:
+            continue
+        for x in d.values():
+            for a in x if type(x) is tuple else (x,):
+                if backend.is_array(a) and not any(a is b for b in found):
+                    found += (a,)
+    return found
