@@ -98,10 +98,10 @@ def cache(limit: int, remat: DTR | Planned, check_replay: bool | str = True) -> 
 
 def entered(tape: Any) -> None:
     """``tape`` (of a DTR or planned cache) is entered; a planned one starts a run, and
-    its list of records drops those of past runs that backward released."""
+    its list of records drops those of past runs that backward released or did not reach."""
     if isinstance(tape.dtr_cache, PlannedCache):
-        tape.records[:] = [r for r in tape.records if not r.freed]
-        tape.dtr_cache.begin()
+        gone = tape.dtr_cache.begin()
+        tape.records[:] = [r for r in tape.records if not r.freed and id(r) not in gone]
     dtr.entered()
 
 
@@ -129,10 +129,12 @@ class PlannedCache(Cache):
         self.stats = PlanStats(memory=limit, heuristic=planned.dtr.name)
 
     # --- a run ---------------------------------------------------------------------
-    def begin(self) -> None:
-        """A run starts (the tape is entered): follow the plan of the last graph planned."""
+    def begin(self) -> set[int]:
+        """A run starts (the tape is entered): follow the plan of the last graph planned;
+        the ids of the records of the run before let go (:meth:`_let_go`)."""
         self._drop_released()  # the last record the previous sweep reversed: uncounted
         self._unkeep()
+        gone = self._let_go(self.run)
         self.run, self.owed, self.vjp_from = Run(), set(), None
         entry = self.next
         stats = PlanStats(memory=self.limit, heuristic=self.stats.heuristic)
@@ -152,6 +154,24 @@ class PlannedCache(Cache):
         self.time = self.began = time.perf_counter()
         self.mark = (self.time, self.spent)
         self.spent_before = self.spent
+        return gone
+
+    def _let_go(self, run: Run) -> set[int]:
+        """Uncount what the records of ``run`` (the run before) that its finished sweep did
+        not reach save: ops the loss does not depend on (an adaptive solver's error
+        estimates), which no later sweep reverses; else each run would leave them counted,
+        and the room left to the plan would shrink run by run."""
+        gone: set[int] = set()
+        if not run.finished:  # (a sweep that recorded ops, or a second one: kept)
+            return gone
+        reversed_ = set(run.order)
+        for k, v in enumerate(run.values):
+            if k in reversed_ or v.record.freed or v.pinned:
+                continue
+            if id(v.record) in self.values:
+                self._release_record(v)
+                gone.add(id(v.record))
+        return gone
 
     def record(self, record: Record, datas: Any, kwargs: Any, out: Any) -> None:
         """Forward stage ``t``: evict what stage ``t - 1`` let go, note the op, check it."""
@@ -279,7 +299,7 @@ class PlannedCache(Cache):
     def _end(self) -> None:
         """The run's backward ends: plan its graph unless it followed its plan to here."""
         run, stats = self.run, self.stats
-        run.ended = True
+        run.ended = run.finished = True
         spent = self.spent - self.spent_before
         timed = sum(run.cost) + sum(run.vjp.values()) - run.vjp[run.order[-1]] + spent
         run.outside = max(0.0, time.perf_counter() - self.began - timed)

@@ -61,6 +61,7 @@ class Run:
         self.outside = 0.0  # seconds of the run outside its ops, VJPs, evicting, recomputing
         self.reachable = -1  # nodes the sweep will reverse (-1: not started)
         self.ended = False
+        self.finished = False  # its sweep reversed every node it reaches, and nothing else
 
     def add(self, v: Value, out: Any, leaves: dict, owner: Any) -> tuple:
         """Note the new value ``v`` (op ``len(values)``), whose output is ``out``; its signature."""

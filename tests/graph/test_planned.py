@@ -453,3 +453,23 @@ def test_a_run_traced_by_tracemalloc_is_not_timed_for_costs(monkeypatch):
         assert tape.stats.planned and tape.stats.replanned is None
     assert tape.dtr_cache.next.observed == []
     plans.clear_plans()
+
+
+def test_ops_the_loss_does_not_depend_on_are_let_go_after_each_run():
+    """A run's records its backward does not reach are uncounted when the next run
+    starts: the room left to the plan does not shrink run by run."""
+    ws, loss = chain()
+    budget = store_all_bytes(ws, loss) // 2
+    plans.clear_plans()
+    tape = rm.Tape(memory=budget, remat=QUICK)
+    counted, kept = [], []
+    for _ in range(5):
+        with tape:
+            value = loss()
+            rm.exp(ws[0] @ ws[1])  # no part of the loss: never reversed
+        value.backward()
+        counted.append(tape.dtr_cache.bytes)
+        kept.append(len(tape.records))
+        assert tape.stats.departures == 0
+    assert counted[1:] == counted[1:2] * 4 and kept[1:] == kept[1:2] * 4
+    plans.clear_plans()
