@@ -49,7 +49,8 @@ class Joint:
     ``ops[c]`` is the op of forward node ``c``; ``node`` maps an op to its node (op
     values only); ``order`` lists the ops reversed, in order, and ``stage`` the
     gradient node of each; ``evaluations[c]`` is how many ops recomputing node ``c``
-    evaluates (the op and its recipe).
+    evaluates (the op and its recipe); ``forward`` is the forward's ops' time, once,
+    and the run's time outside its ops and VJPs (``Run.outside``).
     """
 
     graph: GraphCosts
@@ -125,7 +126,7 @@ def joint(run: Run) -> Joint:
         tuple(run.order),
         tuple(grad[k] for k in run.order),
         tuple(1 + len(recipe[k]) for k in ops),
-        float(sum(run.cost)),
+        float(sum(run.cost)) + run.outside,
         int(sum(run.fixed.values())),
     )
 

@@ -197,7 +197,9 @@ class PlanStats(DTRStats):
     ``predicted_recomputed_ops`` (the op evaluations it recomputes) are those of the
     plan this run followed, or else of the plan made at its end for the next runs
     (None, 0.0 if none); ``solved`` says whether this run solved one (False when the
-    plan came from the cache of plans).
+    plan came from the cache of plans).  ``replanned``: why the plan was made again at
+    the end of this run, from the costs timed in the runs that followed it (their
+    prediction was off by more than :data:`remat.graph.plans.REPLAN_TOLERANCE`), or None.
     """
 
     planned: bool = False
@@ -213,3 +215,4 @@ class PlanStats(DTRStats):
     solved: bool = False
     departures: int = 0
     departed: str | None = None
+    replanned: str | None = None

@@ -59,8 +59,12 @@ follows it, so such a run evicts nothing the plan does not.
 Time.  An op costs what DTR measures (from one record to the next: the op and
 the Python code between), a VJP the time from one ``before_vjp`` hook's end to the
 next's start.  ``stats.predicted_seconds`` is what a run under the plan computes:
-the forward once, every VJP, and the op values (with their recipes) recomputed
-before VJPs; ``stats.predicted_recomputed_ops`` counts those op evaluations.
+the forward once, every VJP, the run's time outside them (``Run.outside``), and the
+op values (with their recipes) recomputed before VJPs;
+``stats.predicted_recomputed_ops`` counts those op evaluations.  The first run's
+costs carry DTR's own work; the runs that then follow a plan to its end are timed
+too, and where their costs put its prediction off, the graph is planned again with
+them (:func:`remat.graph.plans.refine`; ``stats.replanned`` says so).
 
 Gradients are store-all's bit for bit whatever is followed: every value is the
 same op run on the same inputs (DTR's replay check stands guard).
@@ -69,6 +73,7 @@ same op run on the same inputs (DTR's replay check stands guard).
 from __future__ import annotations
 
 import time
+import tracemalloc
 import warnings
 from typing import Any
 
@@ -77,7 +82,7 @@ from ..tape import Record
 from . import dtr
 from .dtr import Cache
 from .options import DTR, Planned, PlanStats
-from .plans import Entry, clear_plans, planned_for
+from .plans import Entry, clear_plans, planned_for, refine
 from .recording import Run
 from .value import Value
 
@@ -93,10 +98,10 @@ def cache(limit: int, remat: DTR | Planned, check_replay: bool | str = True) -> 
 
 def entered(tape: Any) -> None:
     """``tape`` (of a DTR or planned cache) is entered; a planned one starts a run, and
-    its list of records drops those of past runs that backward released."""
+    its list of records drops those of past runs that backward released or did not reach."""
     if isinstance(tape.dtr_cache, PlannedCache):
-        tape.records[:] = [r for r in tape.records if not r.freed]
-        tape.dtr_cache.begin()
+        gone = tape.dtr_cache.begin()
+        tape.records[:] = [r for r in tape.records if not r.freed and id(r) not in gone]
     dtr.entered()
 
 
@@ -120,13 +125,16 @@ class PlannedCache(Cache):
         self.spending = 0  # how deep in evict / materialize (the outermost one counts)
         self.spent_before = 0.0  # self.spent when the run began
         self.mark = (time.perf_counter(), 0.0)  # when the last op was noted, self.spent then
+        self.began = self.mark[0]  # when the run began
         self.stats = PlanStats(memory=limit, heuristic=planned.dtr.name)
 
     # --- a run ---------------------------------------------------------------------
-    def begin(self) -> None:
-        """A run starts (the tape is entered): follow the plan of the last graph planned."""
+    def begin(self) -> set[int]:
+        """A run starts (the tape is entered): follow the plan of the last graph planned;
+        the ids of the records of the run before let go (:meth:`_let_go`)."""
         self._drop_released()  # the last record the previous sweep reversed: uncounted
         self._unkeep()
+        gone = self._let_go(self.run)
         self.run, self.owed, self.vjp_from = Run(), set(), None
         entry = self.next
         stats = PlanStats(memory=self.limit, heuristic=self.stats.heuristic)
@@ -143,9 +151,27 @@ class PlannedCache(Cache):
                 stats.planned, stats.method = True, entry.plan.method
         self.entry = entry if entry is not None and entry.plan is not None else None
         self.stats = stats
-        self.time = time.perf_counter()
+        self.time = self.began = time.perf_counter()
         self.mark = (self.time, self.spent)
         self.spent_before = self.spent
+        return gone
+
+    def _let_go(self, run: Run) -> set[int]:
+        """Uncount what the records of ``run`` (the run before) that its finished sweep did
+        not reach save: ops the loss does not depend on (an adaptive solver's error
+        estimates), which no later sweep reverses; else each run would leave them counted,
+        and the room left to the plan would shrink run by run."""
+        gone: set[int] = set()
+        if not run.finished:  # (a sweep that recorded ops, or a second one: kept)
+            return gone
+        reversed_ = set(run.order)
+        for k, v in enumerate(run.values):
+            if k in reversed_ or v.record.freed or v.pinned:
+                continue
+            if id(v.record) in self.values:
+                self._release_record(v)
+                gone.add(id(v.record))
+        return gone
 
     def record(self, record: Record, datas: Any, kwargs: Any, out: Any) -> None:
         """Forward stage ``t``: evict what stage ``t - 1`` let go, note the op, check it."""
@@ -273,12 +299,17 @@ class PlannedCache(Cache):
     def _end(self) -> None:
         """The run's backward ends: plan its graph unless it followed its plan to here."""
         run, stats = self.run, self.stats
-        run.ended = True
-        if self.entry is not None:
-            return
+        run.ended = run.finished = True
+        spent = self.spent - self.spent_before
+        timed = sum(run.cost) + sum(run.vjp.values()) - run.vjp[run.order[-1]] + spent
+        run.outside = max(0.0, time.perf_counter() - self.began - timed)
         if stats.recomputed_ops:  # what evicting and recomputing cost beyond the ops run
-            extra = self.spent - self.spent_before - stats.recompute_seconds
+            extra = spent - stats.recompute_seconds
             run.overhead = max(0.0, extra) / stats.recomputed_ops
+        if self.entry is not None:  # followed to here: its costs price the plan again
+            if not tracemalloc.is_tracing():  # (tracing slows the ops that allocate)
+                self.next, stats.replanned = refine(self.entry, run, self.limit, self.options)
+            return
         entry, solved = planned_for(run, self.limit, self.options)
         self.next = entry
         _describe(self.stats, entry, solved)

@@ -8,10 +8,21 @@ that no run solves again what a run solved already), else made by
 ``time_limit`` (:class:`~remat.schedules.GraphPlanTimeout`), a graph over
 :data:`MAX_NODES`).  An :class:`Entry` holds it with what the tape does at each
 stage, in the run's op numbers.
+
+The first run's costs are timed under DTR, whose own work (choosing what to evict,
+its bookkeeping) the ops' times then carry, a few times what a run under a plan
+spends; so the runs that follow a plan to its end are timed too (:func:`refine`:
+each op's and VJP's time, and the tape's work per op recomputed), and where the
+plan's prediction, priced with the median of :data:`TIMED_RUNS` runs' costs, is
+off by more than :data:`REPLAN_TOLERANCE`, the graph is planned again with them (at most
+:data:`MAX_REPLANS` times per signature), for the runs after.  A run traced by
+tracemalloc, which slows allocating ops, is not timed for costs.
 """
 
 from __future__ import annotations
 
+import copy
+import statistics
 import time
 from collections import OrderedDict
 from dataclasses import replace
@@ -32,6 +43,20 @@ CACHE_SIZE = 32
 MAX_NODES = 700
 """The largest graph handed to the solver: its MILP has ``T^2`` binaries, and building
 it alone takes seconds at a few hundred nodes; larger graphs run under DTR."""
+
+REPLAN_TOLERANCE = 0.1
+"""A plan is made again when the costs timed under it put its prediction off by more
+than this share."""
+
+MAX_REPLANS = 2
+"""The most times one signature's graph is planned again from the costs timed under its plan."""
+
+TIMED_RUNS = 3
+"""The runs under a plan timed before its prediction is checked: their median prices it
+(one run's times swing with the machine's load)."""
+
+Timed = tuple[list[float], dict[int, float], float, float]
+"""What a run under a plan is timed for: its ops', its VJPs', its overhead, its outside."""
 
 _PLANS: OrderedDict = OrderedDict()
 
@@ -65,6 +90,10 @@ class Entry:
         self.at_op: dict[int, tuple[int, ...]] = {}
         self.steps: list[tuple[tuple[int, tuple[int, ...]], ...]] = []
         self.again: list[int] = []  # the nodes the tape recomputes, once per time
+        self.key: Any = None  # its key in the cache of plans
+        self.replans = 0  # how many times this signature was planned again
+        self.settled = False  # a run under it confirmed its prediction, or no more replans
+        self.observed: list[Timed] = []  # the costs of the runs under it
         if plan is not None:
             self._prepare(plan)
 
@@ -92,13 +121,13 @@ class Entry:
         for c in range(n - 1):
             self.at_op[ops[c] + 1] = self.drops[c]
 
-    def predicted(self) -> tuple[float, int]:
+    def predicted(self, graph: Joint | None = None) -> tuple[float, int]:
         """(seconds, op evaluations) of a run under the plan, with the forward and the VJPs
-        as measured: the forward once, every VJP, and the op values the tape recomputes
-        (with their recipes)."""
+        as measured (in ``graph``, by default the plan's own): the forward once, every
+        VJP, and the op values the tape recomputes (with their recipes)."""
         if self.plan is None:
             return 0.0, 0
-        j, n = self.joint, len(self.joint.ops)
+        j, n = graph or self.joint, len(self.joint.ops)
         seconds = j.forward + sum(j.graph.compute[n:]) + sum(j.graph.compute[i] for i in self.again)
         return seconds, sum(j.evaluations[i] for i in self.again)
 
@@ -110,6 +139,61 @@ def planned_for(run: Run, memory: int, options: Any) -> tuple[Entry, bool]:
     if entry is not None:
         _PLANS.move_to_end(key)
         return entry, False
+    entry = _plan(run, memory, options)
+    entry.key = key
+    _PLANS[key] = entry
+    while len(_PLANS) > CACHE_SIZE:
+        _PLANS.popitem(last=False)
+    return entry, True
+
+
+def refine(entry: Entry, run: Run, memory: int, options: Any) -> tuple[Entry, str | None]:
+    """Note the costs of ``run``, which followed ``entry``'s plan to its end; where the
+    plan's prediction priced with the median costs of the runs under it is off by more
+    than :data:`REPLAN_TOLERANCE`, plan the graph again with them (unless it was so
+    :data:`MAX_REPLANS` times): ``(the plan for the next runs, why it was made again or
+    None)``."""
+    if entry.settled or entry.plan is None:
+        return entry, None
+    entry.observed.append((list(run.cost), dict(run.vjp), run.overhead, run.outside))
+    if len(entry.observed) < TIMED_RUNS:
+        return entry, None
+    timed = _median_run(run, entry.observed)
+    predicted, measured = entry.predicted()[0], entry.predicted(joint(timed))[0]
+    if not predicted > 0 or abs(measured / predicted - 1) <= REPLAN_TOLERANCE:
+        entry.settled = True  # confirmed: no more timing (pricing a run takes a millisecond)
+        return entry, None
+    if entry.replans >= MAX_REPLANS:
+        entry.settled = True
+        return entry, None
+    why = (
+        f"the plan predicted {predicted * 1e3:.3g} ms; priced with the median costs timed "
+        f"in the {len(entry.observed)} runs under it, {measured * 1e3:.3g} ms "
+        f"({measured / predicted - 1:+.0%}): planned again with those costs"
+    )
+    again = _plan(timed, memory, options)
+    again.replans, again.key = entry.replans + 1, entry.key
+    if again.plan is None:  # kept: the plan stands, and is not made again
+        entry.settled = True
+        return entry, f"{why}, which found none ({again.reason}); the plan stands"
+    if entry.key in _PLANS:
+        _PLANS[entry.key] = again
+    return again, why
+
+
+def _median_run(run: Run, observed: list[Timed]) -> Run:
+    """``run`` with each op's and VJP's time, the tape's work per op recomputed and the
+    time outside them, the median of the ``observed`` runs'."""
+    timed = copy.copy(run)
+    timed.cost = [statistics.median(o[0][k] for o in observed) for k in range(len(run.cost))]
+    timed.vjp = {k: statistics.median(o[1][k] for o in observed) for k in run.vjp}
+    timed.overhead = statistics.median(o[2] for o in observed)
+    timed.outside = statistics.median(o[3] for o in observed)
+    return timed
+
+
+def _plan(run: Run, memory: int, options: Any) -> Entry:
+    """The plan of ``run``'s graph within ``memory`` (or the reason there is none), solved now."""
     started = time.perf_counter()
     graph = joint(run)
     room = memory - graph.fixed
@@ -128,10 +212,7 @@ def planned_for(run: Run, memory: int, options: Any) -> tuple[Entry, bool]:
         reason = f"no plan fits in memory={memory} bytes: {error}"
     entry = Entry(plan, graph, run, reason)
     entry.seconds = time.perf_counter() - started
-    _PLANS[key] = entry
-    while len(_PLANS) > CACHE_SIZE:
-        _PLANS.popitem(last=False)
-    return entry, True
+    return entry
 
 
 def _solve(graph: GraphCosts, room: int, options: Any) -> GraphPlan:

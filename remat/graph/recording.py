@@ -12,7 +12,9 @@ constants it read (counted by DTR from then on); then, in the reverse sweep, the
 order in which the records are reversed and each VJP's time (its stage's: the
 hook before it and the VJP, less what the hook spent recomputing).  An op's time
 excludes what DTR spent evicting while it recorded; what evicting and recomputing
-cost beyond the ops they ran, per op recomputed, is the run's ``overhead``.
+cost beyond the ops they ran, per op recomputed, is the run's ``overhead``; its time
+outside all of those (from the forward's last op to the sweep's first hook: user
+code, the sweep's set-up) is its ``outside``.
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ class Run:
         self.order: list[int] = []  # the nodes reversed, in the sweep's order
         self.vjp: dict[int, float] = {}
         self.overhead = 0.0  # seconds of the tape's work per op recomputed (evicting too)
+        self.outside = 0.0  # seconds of the run outside its ops, VJPs, evicting, recomputing
         self.reachable = -1  # nodes the sweep will reverse (-1: not started)
         self.ended = False
+        self.finished = False  # its sweep reversed every node it reaches, and nothing else
 
     def add(self, v: Value, out: Any, leaves: dict, owner: Any) -> tuple:
         """Note the new value ``v`` (op ``len(values)``), whose output is ``out``; its signature."""

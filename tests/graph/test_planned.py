@@ -26,6 +26,13 @@ from .test_graph_workloads import TINY
 QUICK = Planned(time_limit=2.0)
 
 
+@pytest.fixture(autouse=True)
+def _no_replans_from_timing(monkeypatch):
+    """Whether a plan is made again from the costs timed under it depends on timing: off
+    here (plans.REPLAN_TOLERANCE infinite), but in the tests of re-planning below."""
+    monkeypatch.setattr(plans, "REPLAN_TOLERANCE", float("inf"))
+
+
 def chain(n=6, width=16, batch=8, skip=False):
     """Parameters and a loss: ``h = sin(h @ w)`` n times (every value saved by its reader);
     with ``skip``, the first value is added to the last (a value read again much later)."""
@@ -379,3 +386,90 @@ def test_a_vjp_reading_three_values_gets_all_of_them_back():
             except MemoryError:
                 continue
             assert tape.stats.peak_bytes <= budget
+
+
+def test_costs_timed_under_the_plan_make_it_again_and_the_run_says_so(monkeypatch):
+    """The runs that follow a plan to its end are timed; where the median of TIMED_RUNS
+    runs' costs puts the plan's prediction off by more than REPLAN_TOLERANCE (here: any
+    amount), the graph is planned again with them (MAX_REPLANS times at most)."""
+    monkeypatch.setattr(plans, "REPLAN_TOLERANCE", -1.0)  # always off
+    ws, loss = chain()
+    expected = train(rm.Tape(), ws, loss)
+    budget = store_all_bytes(ws, loss) // 2
+    plans.clear_plans()
+    solved = []
+    solve = plans._plan
+    monkeypatch.setattr(
+        plans, "_plan", lambda run, *a: solved.append(list(run.cost)) or solve(run, *a)
+    )
+    tape = rm.Tape(memory=budget, remat=QUICK)
+    same(train(tape, ws, loss), expected)  # recorded under DTR, planned
+    assert tape.stats.replanned is None and len(solved) == 1
+    for replans in range(1, plans.MAX_REPLANS + 1):
+        timed = []
+        for i in range(plans.TIMED_RUNS):
+            same(train(tape, ws, loss), expected)
+            s = tape.stats
+            timed.append(list(tape.dtr_cache.run.cost))
+            assert s.planned
+            if i < plans.TIMED_RUNS - 1:
+                assert s.replanned is None and len(solved) == replans
+        assert "planned again" in s.replanned and len(solved) == 1 + replans
+        # planned again with each op's median time in the runs under the plan
+        assert solved[-1] == [float(np.median(ts)) for ts in zip(*timed)]
+        assert tape.dtr_cache.next.replans == replans
+    for _ in range(plans.TIMED_RUNS + 1):
+        same(train(tape, ws, loss), expected)
+        s = tape.stats
+        assert s.planned and s.replanned is None and len(solved) == 1 + plans.MAX_REPLANS
+    # the run's prediction is that of the plan it followed, made before it
+    assert s.predicted_seconds == tape.dtr_cache.next.predicted()[0]
+    assert tape.dtr_cache.next.settled
+    plans.clear_plans()
+
+
+def test_a_prediction_the_timed_runs_confirm_is_not_made_again():
+    ws, loss = chain()
+    budget = store_all_bytes(ws, loss) // 2
+    plans.clear_plans()
+    tape = rm.Tape(memory=budget, remat=QUICK)
+    for _ in range(2 + plans.TIMED_RUNS):
+        train(tape, ws, loss)
+        assert tape.stats.replanned is None
+    entry = tape.dtr_cache.next
+    assert entry.settled and len(entry.observed) == plans.TIMED_RUNS and entry.replans == 0
+    plans.clear_plans()
+
+
+def test_a_run_traced_by_tracemalloc_is_not_timed_for_costs(monkeypatch):
+    monkeypatch.setattr(plans, "REPLAN_TOLERANCE", -1.0)
+    ws, loss = chain()
+    budget = store_all_bytes(ws, loss) // 2
+    plans.clear_plans()
+    tape = rm.Tape(memory=budget, remat=QUICK)
+    train(tape, ws, loss)
+    for _ in range(plans.TIMED_RUNS):
+        traced(lambda: train(tape, ws, loss))
+        assert tape.stats.planned and tape.stats.replanned is None
+    assert tape.dtr_cache.next.observed == []
+    plans.clear_plans()
+
+
+def test_ops_the_loss_does_not_depend_on_are_let_go_after_each_run():
+    """A run's records its backward does not reach are uncounted when the next run
+    starts: the room left to the plan does not shrink run by run."""
+    ws, loss = chain()
+    budget = store_all_bytes(ws, loss) // 2
+    plans.clear_plans()
+    tape = rm.Tape(memory=budget, remat=QUICK)
+    counted, kept = [], []
+    for _ in range(5):
+        with tape:
+            value = loss()
+            rm.exp(ws[0] @ ws[1])  # no part of the loss: never reversed
+        value.backward()
+        counted.append(tape.dtr_cache.bytes)
+        kept.append(len(tape.records))
+        assert tape.stats.departures == 0
+    assert counted[1:] == counted[1:2] * 4 and kept[1:] == kept[1:2] * 4
+    plans.clear_plans()
