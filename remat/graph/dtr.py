@@ -129,6 +129,8 @@ def _set_slot(record, i, value):
 class Cache(Choice):
     """The values one DTR tape saves, what they cost, and the byte count against ``limit``."""
 
+    form = "remat='dtr'"  # how its errors name the tape's option
+
     def __init__(self, limit: int, dtr: DTR, check_replay: bool | str = True) -> None:
         self.limit = limit
         self.heuristic: Heuristic | Any = dtr.heuristic
@@ -300,7 +302,7 @@ class Cache(Choice):
     def _too_small(self, adding, record):
         need = self.bytes + adding
         return MemoryError(
-            f"rm.Tape(memory={self.limit}, remat='dtr'): at op `{record.op.name}` (output "
+            f"rm.Tape(memory={self.limit}, {self.form}): at op `{record.op.name}` (output "
             f"shape {record.shape}; op {self._stats.ops} recorded on this tape) the tape must "
             f"hold {need} bytes at once, none of which can be evicted: the values user code "
             "still holds (or an op being computed reads) that its records save, the "
@@ -437,7 +439,7 @@ def _on_record(record, datas, kwargs, out):
     if cache is not None:
         if _forward_mode():
             raise ValueError(
-                "rm.jvp recording inside rm.Tape(remat='dtr') is not supported: its forward "
+                f"rm.jvp recording inside rm.Tape({cache.form}) is not supported: its forward "
                 "sweep reads saved values that DTR may have evicted"
             )
         pending = cache.pending  # while the budget is far: only notes (remat.graph.lazy)

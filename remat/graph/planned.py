@@ -109,6 +109,7 @@ class PlannedCache(Cache):
     """A DTR cache that follows the plan of the recorded graph (see the module)."""
 
     stats: PlanStats
+    form = "remat='optimal'"
 
     def __init__(self, limit: int, planned: Planned, check_replay: bool | str = True) -> None:
         super().__init__(limit, planned.dtr, check_replay)

@@ -473,3 +473,11 @@ def test_ops_the_loss_does_not_depend_on_are_let_go_after_each_run():
         assert tape.stats.departures == 0
     assert counted[1:] == counted[1:2] * 4 and kept[1:] == kept[1:2] * 4
     plans.clear_plans()
+
+
+# A planned tape's too-small budget was reported as remat='dtr', the option not given.
+@pytest.mark.parametrize("remat", ["dtr", "optimal"])
+def test_a_budget_too_small_names_the_option_given(remat):
+    ws, loss = chain(n=3)
+    with pytest.raises(MemoryError, match=rf"^rm\.Tape\(memory=64, remat='{remat}'\): at op `"):
+        train(rm.Tape(memory=64, remat=remat), ws, loss)
