@@ -59,7 +59,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .backend import memory_owner
+from .backend import is_array, memory_owner
 
 
 def buffers(arrays: Iterable[Any]) -> dict[int, Any]:
@@ -76,6 +76,27 @@ def buffers(arrays: Iterable[Any]) -> dict[int, Any]:
             a = memory_owner(a)
         owners[id(a)] = a
     return owners
+
+
+def keyword_arrays(*keywords: Any) -> tuple:
+    """The arrays keyword dicts hold (the integer index table of ``t[idx]``, a
+    boolean mask), alone or in a tuple, each once: a record keeps them alive beside
+    its operands, so every count of what a record holds counts them.
+
+    >>> import numpy as np
+    >>> idx = np.arange(3)
+    >>> len(keyword_arrays({"index": idx}, {"index": (idx, 2), "axis": 0}, None))
+    1
+    """
+    found: tuple = ()
+    for kw in keywords:
+        if not kw:
+            continue
+        for x in kw.values():
+            for a in x if type(x) is tuple else (x,):
+                if is_array(a) and not any(a is b for b in found):
+                    found += (a,)
+    return found
 
 
 def nbytes(arrays: Iterable[Any]) -> int:

@@ -12,6 +12,7 @@ for the byte accounting of :mod:`remat.alive`.
 from __future__ import annotations
 
 from .. import backend
+from ..alive import keyword_arrays
 from ..tape import (
     GRAD_ENABLED,
     OPEN_TAPE,
@@ -172,11 +173,7 @@ def saved_by(records, floor, inputs, also=(), outside=frozenset()):
                 views = True
         kw = record.kwargs
         if kw:  # arrays an op keeps besides its operands (an integer index table)
-            for v in kw.values():
-                if type(v) is tuple:
-                    saved.extend(p for p in v if is_array(p))
-                elif is_array(v):
-                    append(v)
+            saved.extend(keyword_arrays(kw))
         kept = getattr(record.args[0], "kept", None) if held is not record.args else None
         if kept is not None:  # what a checkpoint's policy kept
             saved.extend(kept.arrays())

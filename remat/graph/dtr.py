@@ -70,6 +70,7 @@ from typing import Any
 
 from .. import backend, guard
 from .. import tape as _tape
+from ..alive import keyword_arrays
 from ..core import tape as core_tape
 from ..executor import ReplayError
 from ..guard import REBOUND
@@ -78,7 +79,7 @@ from .choice import Choice
 from .heuristics import Heuristic
 from .lazy import Pending, build
 from .options import DTR, DTRStats, refuse
-from .value import Value, keyword_arrays
+from .value import Value
 
 
 def _recompute(cache: Cache, w: Value, datas: Any) -> Any:

@@ -40,10 +40,11 @@ import weakref
 from typing import Any
 
 from .. import backend, guard
+from ..alive import keyword_arrays
 from ..core.tape import next_sequence
 from ..guard import REBOUND
 from ..tape import Leaf, Record
-from .value import Value, keyword_arrays
+from .value import Value
 
 _clock, _weak, _is_array, _owner = (
     time.perf_counter,

@@ -115,19 +115,3 @@ class Value:
     def __repr__(self) -> str:
         state = "evicted" if self.evicted else "resident"
         return f"<Value of {self.op.name} {self.shape}, {self.size} B, {state}>"
-
-
-def keyword_arrays(forward_kw: Any, kw: Any) -> tuple:
-    """The arrays an op's keywords hold (the integer index table of ``t[idx]``, a
-    boolean mask), alone or in a tuple: ``forward_kw`` (its recipe's, to run it
-    again) and ``kw`` (its record's, for its VJP) keep them alive as long as the
-    record, so the tape counts them as constants; each array once."""
-    found: tuple = ()
-    for d in (forward_kw,) if kw is forward_kw else (forward_kw, kw):
-        if not d:
-            continue
-        for x in d.values():
-            for a in x if type(x) is tuple else (x,):
-                if backend.is_array(a) and not any(a is b for b in found):
-                    found += (a,)
-    return found
