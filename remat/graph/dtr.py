@@ -157,8 +157,10 @@ class Cache(Choice):
     @property
     def stats(self) -> DTRStats:
         """What this tape did so far (``tape.stats``)."""
-        if self.pending is not None:  # lazy: the ops are counted from the notes
-            self._stats.ops = self.pending.ops
+        pending = self.pending
+        if pending is not None:  # lazy: the ops and the count are brought up to date
+            pending.update_peak(self)
+            self._stats.ops = pending.ops
         return self._stats
 
     @stats.setter
@@ -460,6 +462,7 @@ def _before_vjp(record):
             if key in cache.values:
                 cache.before_vjp(record)
         elif key in pending.notes:  # lazy: count again at the next op; till then, no calls
+            pending.update_peak(cache)  # (the peak: before the sweep lets anything go)
             pending.swept = True
             _watch(cache, False)
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from itertools import islice
 from typing import Any
 
 from .. import backend, guard
@@ -52,6 +53,7 @@ _clock, _weak, _is_array, _owner = (
     backend.is_array,
     backend.memory_owner,
 )
+_watched = guard.WATCHED  # (a dict, changed in place: what was handed out)
 
 LEAF = -1
 """What ``Pending.owned`` maps a leaf's buffer to (it is not counted)."""
@@ -65,6 +67,11 @@ class Pending:
         # id of each buffer counted (alive until a sweep) -> id of the record that
         # first held it; leaves' buffers (not counted) -> LEAF
         self.owned: dict[int, int] = {}
+        self.counted = 0  # the first notes, counted in `owned` and the cache's bytes
+        # the cache's bytes and, per note after those, its arrays' buffers' bytes (a
+        # buffer may be in several: at least the count, were all counted); `exact`
+        # while none is (then the bound is the count), `last` the latest note's record
+        self.bound, self.exact, self.last = 0, True, None
         # a sweep has reached a noted record since the count was taken: count again
         # (and be watched by before_vjp again) at the next op; first, be watched
         self.swept = True
@@ -83,42 +90,49 @@ class Pending:
             note = notes.get(id(node))
             if note is not None and note[3] == id(datas[0]) and node.parents is not None:
                 inputs, consts = parents, ()
-                checks = guard.checks(datas) if guard.WATCHED else None  # (a value's .data)
-                held: Any = (record.args[0], record.ans)
+                checks = guard.checks(datas) if _watched else None  # (a value's .data)
+                a, ans, adding = record.args[0], record.ans, 0
+                if a is not None:  # its input, saved: no note held it if the op
+                    # before made it, and saved only its input (not counted twice)
+                    if a.base is None and node is self.last and node.ans is None:
+                        adding = a.nbytes
+                    else:
+                        adding, self.exact = _owner(a).nbytes, False
+                if ans is not None:
+                    adding += self._output(ans, datas)
             else:
-                inputs, consts, checks, held = self._resolve(cache, record, datas)
+                inputs, consts, checks, adding = self._resolve(cache, record, datas)
         else:
-            inputs, consts, checks, held = self._resolve(cache, record, datas)
+            inputs, consts, checks, adding = self._resolve(cache, record, datas)
         if kwargs or record.kwargs:  # an index table its keywords keep: a constant
             extra = keyword_arrays(kwargs, record.kwargs)
             if extra:
-                consts, held = (*consts, *extra), (*held, *extra)
-        owned, mark, adding = self.owned, id(record), 0
-        for a in held:  # count the buffers not counted yet (leaves' are in owned)
-            if a is None:
-                continue
-            o = a if a.base is None else _owner(a)
-            k = id(o)
-            if k not in owned:
-                owned[k] = mark
-                adding += o.nbytes
-        if adding:
-            total = cache.bytes + adding
-            if total > cache.limit:  # undo: the tape builds its tables and evicts
-                for k in [k for k, m in owned.items() if m == mark]:
-                    del owned[k]
-                return False
-            cache.bytes = total
-            stats = cache._stats
-            if total > stats.peak_bytes:
-                stats.peak_bytes = total
-        notes[mark] = (record, kwargs, inputs, id(out), out.dtype, now, checks, consts)
+                consts = (*consts, *extra)
+                adding += sum(a.nbytes if a.base is None else _owner(a).nbytes for a in extra)
+                self.exact = False
+        note = (record, kwargs, inputs, id(out), out.dtype, now, checks, consts)
+        bound = self.bound + adding
+        if bound > cache.limit:  # near the budget: count exactly
+            if not self._fits(cache, note):
+                return False  # the tape builds its tables and evicts
+            bound = cache.bytes
+        self.bound, self.last = bound, record
+        notes[id(record)] = note
         return True
+
+    def _output(self, ans: Any, datas: Any) -> int:
+        """The bytes of ``ans``'s buffer, an op's output its record saves: new, unless
+        it is a view, or one of the op's inputs (then maybe counted twice)."""
+        if ans.base is None and not any(ans is d for d in datas):
+            return ans.nbytes
+        self.exact = False
+        return _owner(ans).nbytes
 
     def _resolve(self, cache: Any, record: Record, datas: Any) -> tuple:
         """Per input: its record if a value of this tape made it (read as it was made),
         else the array or number itself; the arrays held as constants and their
-        fingerprints (when something was handed out); the arrays its record holds."""
+        fingerprints (when something was handed out); the bytes of the buffers its
+        note holds (each as often as held: a bound)."""
         notes, args, inputs, held = self.notes, record.args, [], [record.ans]
         consts: tuple = ()
         careful = REBOUND[0] >= self.since  # a tensor got a new value: its node's output?
@@ -145,31 +159,78 @@ class Pending:
                     consts += (d,)
                     held.append(d)
         checks = None
-        if guard.WATCHED:  # fingerprints of what it read that user code may change
+        if _watched:  # fingerprints of what it read that user code may change
             checks = guard.checks(datas)
-        return tuple(inputs), consts, checks, held
+        ans, saved = held[0], [a for a in held[1:] if a is not None]
+        adding = 0 if ans is None else self._output(ans, datas)
+        if saved or consts:  # (a value the op before made, alone: saved by no note yet)
+            if consts or len(saved) > 1 or not self._alone(record, saved[0]):
+                self.exact = False
+            adding += sum(a.nbytes if a.base is None else _owner(a).nbytes for a in saved)
+            adding += sum(a.nbytes if a.base is None else _owner(a).nbytes for a in consts)
+        return tuple(inputs), consts, checks, adding
+
+    def _alone(self, record: Record, a: Any) -> bool:
+        """Whether ``a``, the one value of this tape ``record`` saves, is held by no
+        note yet: a buffer of its own, made by the op before, whose record saves only
+        its input.  (Who else read it was noted later: that op would be the last.)"""
+        last = self.last
+        if a.base is not None or last is None or last.ans is not None:
+            return False
+        return any(node is last and s is a for node, s in zip(record.parents, record.args))
+
+    def _fits(self, cache: Any, note: tuple) -> bool:
+        """Near the budget (the bound passes it): count exactly the notes the bound
+        alone counted, then ``note``'s op; whether its arrays fit (if so, counted)."""
+        self.sync(cache)
+        owned, mark = self.owned, id(note[0])
+        total = _count((note,), owned, cache.bytes)[0]
+        if total > cache.limit:  # undo: the tape builds its tables and evicts
+            for k in [k for k, m in owned.items() if m == mark]:
+                del owned[k]
+            return False
+        cache.bytes = total
+        stats = cache._stats
+        if total > stats.peak_bytes:
+            stats.peak_bytes = total
+        self.counted = len(self.notes) + 1  # with this op's note, to be made
+        return True
+
+    def sync(self, cache: Any) -> None:
+        """Count exactly (each buffer once, a leaf's not) the notes the bound alone
+        counted, and raise the peak to the count: it only grew since the last time
+        (nothing is let go until a sweep, whose first ``before_vjp`` call syncs)."""
+        notes = self.notes
+        if self.counted < len(notes):
+            # (a list first: a sweep of another thread may call, while notes are added)
+            fresh = list(islice(notes.values(), self.counted, None))
+            total, released = _count(fresh, self.owned, cache.bytes)
+            cache.bytes, self.counted = total, len(notes)
+            stats = cache._stats
+            peak = self.bound if released else total  # (the bound: at least what was held)
+            if peak > stats.peak_bytes:
+                stats.peak_bytes = peak
+        self.bound, self.exact = cache.bytes, True
+
+    def update_peak(self, cache: Any) -> None:
+        """Raise the peak to the count (for ``tape.stats``, or before a sweep lets
+        records go): the bound, while exact; else the notes are counted (:meth:`sync`)."""
+        if not self.exact:
+            self.sync(cache)
+        elif self.bound > cache._stats.peak_bytes:
+            cache._stats.peak_bytes = self.bound
 
     def recount(self, cache: Any) -> None:
         """Count again, exactly, what the records still alive save (a reverse sweep
         reached some, and may have released them): each buffer once, a leaf's not.
         The sweeps to come are watched again."""
+        self.update_peak(cache)  # (before the sweep: its first before_vjp call did)
         self.swept = False
         cache.watch()
         self.prune()
         owned = dict.fromkeys(cache.leaves, LEAF)
-        total = 0
-        for record, _, inputs, *_, consts in self.notes.values():
-            held = [*consts, *(a for a, u in zip(record.args, inputs) if type(u) is Record)]
-            held.append(record.ans)
-            for a in held:
-                if a is None:
-                    continue
-                o = a if a.base is None else backend.memory_owner(a)
-                if id(o) not in owned:
-                    owned[id(o)] = id(record)
-                    total += o.nbytes
-        self.owned = owned
-        cache.bytes = total
+        cache.bytes = self.bound = _count(self.notes.values(), owned, 0)[0]
+        self.owned, self.counted, self.exact, self.last = owned, len(self.notes), True, None
 
     def prune(self) -> None:
         """Drop the notes of records backward has released (their constants with them)."""
@@ -181,6 +242,33 @@ class Pending:
     def ops(self) -> int:
         """The ops noted so far (``tape.stats.ops`` while lazy)."""
         return self.pruned + len(self.notes)
+
+
+def _count(notes: Any, owned: dict, total: int) -> tuple[int, bool]:
+    """``total`` plus the bytes of the buffers ``notes`` hold (the constants their
+    recipes keep, what their records save of this tape's values and of their outputs)
+    that ``owned`` has not, each once, noted there (by the record first holding it);
+    and whether the record of one of them was released (holding nothing now)."""
+    released = False
+    for note in notes:
+        record = note[0]
+        args = record.args
+        if args is None:
+            released = True
+            continue
+        mark, inputs = id(record), note[2]
+        if len(args) == 1:  # (the common case, unrolled)
+            held = (args[0] if type(inputs[0]) is Record else None, record.ans, *note[7])
+        else:
+            saved = [a if type(u) is Record else None for a, u in zip(args, inputs)]
+            held = (*saved, record.ans, *note[7])
+        for a in held:
+            if a is not None:
+                o = a if a.base is None else _owner(a)
+                if id(o) not in owned:
+                    owned[id(o)] = mark
+                    total += o.nbytes
+    return total, released
 
 
 def build(cache: Any, pending: Pending) -> None:
