@@ -70,8 +70,10 @@ class Pending:
         self.counted = 0  # the first notes, counted in `owned` and the cache's bytes
         # the cache's bytes and, per note after those, its arrays' buffers' bytes (a
         # buffer may be in several: at least the count, were all counted); `exact`
-        # while none is (then the bound is the count), `last` the latest note's record
-        self.bound, self.exact, self.last = 0, True, None
+        # while none is (then the bound is the count)
+        self.bound, self.exact = 0, True
+        self.last: Record | None = None  # the record noted last, and its output's id
+        self.made = 0
         # a sweep has reached a noted record since the count was taken: count again
         # (and be watched by before_vjp again) at the next op; first, be watched
         self.swept = True
@@ -84,24 +86,25 @@ class Pending:
         now = _clock()
         if self.swept:  # a sweep reached noted records: it may have released some
             self.recount(cache)
-        notes, parents = self.notes, record.parents
-        if len(parents) == 1 and REBOUND[0] < self.since:  # the common case, unrolled:
-            node = parents[0]  # one input, made by an op of this tape
-            note = notes.get(id(node))
-            if note is not None and note[3] == id(datas[0]) and node.parents is not None:
-                inputs, consts = parents, ()
-                checks = guard.checks(datas) if _watched else None  # (a value's .data)
-                a, ans, adding = record.args[0], record.ans, 0
-                if a is not None:  # its input, saved: no note held it if the op
-                    # before made it, and saved only its input (not counted twice)
-                    if a.base is None and node is self.last and node.ans is None:
-                        adding = a.nbytes
-                    else:
-                        adding, self.exact = _owner(a).nbytes, False
-                if ans is not None:
-                    adding += self._output(ans, datas)
-            else:
-                inputs, consts, checks, adding = self._resolve(cache, record, datas)
+        parents, last = record.parents, self.last
+        if (
+            parents[0] is last  # one input, the output of the op noted last, as made:
+            and len(parents) == 1  # the common case (a chain), unrolled
+            and self.made == id(datas[0])
+            and REBOUND[0] < self.since
+            and last.parents is not None
+        ):
+            inputs, consts = parents, ()
+            checks = guard.checks(datas) if _watched else None  # (a value's .data)
+            a, ans, adding = record.args[0], record.ans, 0
+            if a is not None:  # its input, saved: no note held it (the op noted last
+                # made it) unless that op saved it too, or it is a view
+                if a.base is None and last.ans is None:
+                    adding = a.nbytes
+                else:
+                    adding, self.exact = _owner(a).nbytes, False
+            if ans is not None:
+                adding += self._output(ans, datas)
         else:
             inputs, consts, checks, adding = self._resolve(cache, record, datas)
         if kwargs or record.kwargs:  # an index table its keywords keep: a constant
@@ -116,8 +119,8 @@ class Pending:
             if not self._fits(cache, note):
                 return False  # the tape builds its tables and evicts
             bound = cache.bytes
-        self.bound, self.last = bound, record
-        notes[id(record)] = note
+        self.bound, self.last, self.made = bound, record, id(out)
+        self.notes[id(record)] = note
         return True
 
     def _output(self, ans: Any, datas: Any) -> int:
@@ -230,7 +233,8 @@ class Pending:
         self.prune()
         owned = dict.fromkeys(cache.leaves, LEAF)
         cache.bytes = self.bound = _count(self.notes.values(), owned, 0)[0]
-        self.owned, self.counted, self.exact, self.last = owned, len(self.notes), True, None
+        self.owned, self.counted, self.exact = owned, len(self.notes), True
+        self.last, self.made = None, 0
 
     def prune(self) -> None:
         """Drop the notes of records backward has released (their constants with them)."""
