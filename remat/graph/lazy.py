@@ -72,7 +72,7 @@ class Pending:
         # buffer may be in several: at least the count, were all counted); `exact`
         # while none is (then the bound is the count)
         self.bound, self.exact = 0, True
-        self.last: Record | None = None  # the record noted last, and its output's id
+        self.last: Any = None  # the record noted last (a Record), and its output's id
         self.made = 0
         # a sweep has reached a noted record since the count was taken: count again
         # (and be watched by before_vjp again) at the next op; first, be watched
