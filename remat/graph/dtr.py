@@ -46,7 +46,8 @@ always, and a fingerprint of its values (:func:`remat.backend.replay_fingerprint
 unless ``check_replay=False``; a mismatch raises :class:`remat.ReplayError`.
 
 Lazily: until what an op saves would first pass ``m``, the tape only notes each
-op (what runs it again, its time, an exact byte count: :mod:`remat.graph.lazy`),
+op (what runs it again, its time, a bound of the byte count, exact where it must
+be: :mod:`remat.graph.lazy`),
 and builds the tables below (Values, slots, readers, resident values) at that op,
 for the records still alive.  Per-op bookkeeping a tape never evicting would not
 use is so deferred: its cost (about 10 us an op) was 40% of a chain of small ops.

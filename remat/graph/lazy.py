@@ -14,16 +14,26 @@ buffer) cost about 10 us an op.  So until what an op saves would pass ``m``,
 * when the op ended (one clock read: an op's cost is the time since the op before);
 * the fingerprints of the constants it read while something was handed out
   (:mod:`remat.guard`): they must be taken before user code can change them;
-* the byte count, exact by the eager rules (by buffer, each once, a leaf's buffer
-  uncounted, a constant a recipe holds counted), with the peak: ``owned`` holds
-  the id of each buffer counted (each alive: a record or note holds it, until a
-  reverse sweep releases the record).  The first ``before_vjp`` call of a sweep
-  that reaches a noted record marks the count stale and stops the calls; the next
-  op counts again what the records still alive save (:meth:`Pending.recount`).
+* a bound of the byte count: the bytes of each buffer its record saves (and of
+  its constants), added up without asking whether another note holds it too, so
+  never less than the count by the eager rules (by buffer, each once, a leaf's
+  buffer uncounted, a constant a recipe holds counted).  Asking that, per op, cost
+  more than all the rest.  The bound is also *exact* (it is the count) while no
+  buffer was added twice, which the common case shows at no cost: an op saving
+  only its input, made by the op noted just before (whose readers are all noted
+  later), that saved only its own input, is the first to hold it.  Where a buffer
+  may be held twice (a view, an output its op saves, a value read twice, a
+  constant), :meth:`Pending.sync` counts exactly (``owned``: the id of each
+  buffer counted) when the count must be known: when the bound would pass ``m``
+  (from there on each op is counted exactly), for ``tape.stats``, and before a
+  sweep lets records go.  Nothing is let go between two counts (records live
+  until a sweep), so the peak is the latest count.  The first ``before_vjp``
+  call of a sweep that reaches a noted record so raises the peak, marks the count
+  stale and stops the calls; the next op counts again what the records still
+  alive save (:meth:`Pending.recount`).
 
 Deferred, to :func:`build`, run at the first op whose saved arrays would pass ``m``
-(the one point where eviction may be needed; the count is exact, so no margin is
-kept): the Values (each array found where a record saves it; a value no record
+by the exact count (the one point where eviction may be needed; no margin is kept): the Values (each array found where a record saves it; a value no record
 saves is known by its id until an op reads it), the slots, the readers
 (``h_dtr_eq``), the resident table the heuristics score, the holder counts, the
 costs and clock ticks; then the tape runs eagerly (:class:`~remat.graph.dtr.Cache`)
