@@ -33,7 +33,8 @@ buffer) cost about 10 us an op.  So until what an op saves would pass ``m``,
   alive save (:meth:`Pending.recount`).
 
 Deferred, to :func:`build`, run at the first op whose saved arrays would pass ``m``
-by the exact count (the one point where eviction may be needed; no margin is kept): the Values (each array found where a record saves it; a value no record
+by the exact count (the one point where eviction may be needed; no margin is
+kept): the Values (each array found where a record saves it; a value no record
 saves is known by its id until an op reads it), the slots, the readers
 (``h_dtr_eq``), the resident table the heuristics score, the holder counts, the
 costs and clock ticks; then the tape runs eagerly (:class:`~remat.graph.dtr.Cache`)
