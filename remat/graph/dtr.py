@@ -462,8 +462,8 @@ def _before_vjp(record):
         if pending is None:
             if key in cache.values:
                 cache.before_vjp(record)
-        elif key in pending.notes:  # lazy: count again at the next op; till then, no calls
-            pending.update_peak(cache)  # (the peak: before the sweep lets anything go)
+        elif record is pending.last or pending.find(key) is not None:  # lazy: count again
+            pending.update_peak(cache)  # at the next op; till then, no calls (the peak first)
             pending.swept = True
             _watch(cache, False)
 

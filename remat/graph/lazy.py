@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import time
 import weakref
-from itertools import islice
 from typing import Any
 
 from .. import backend, guard
@@ -74,7 +73,8 @@ class Pending:
     """The notes of a DTR tape that has not approached its budget (see the module)."""
 
     def __init__(self) -> None:
-        self.notes: dict[int, tuple] = {}  # id(record) -> note, in the order recorded
+        self.notes: list[tuple] = []  # in the order recorded
+        self.index: dict[int, tuple] = {}  # id(record) -> note, of the first notes (find)
         # id of each buffer counted (alive until a sweep) -> id of the record that
         # first held it; leaves' buffers (not counted) -> LEAF
         self.owned: dict[int, int] = {}
@@ -131,7 +131,7 @@ class Pending:
                 return False  # the tape builds its tables and evicts
             bound = cache.bytes
         self.bound, self.last, self.made = bound, record, id(out)
-        self.notes[id(record)] = note
+        self.notes.append(note)
         return True
 
     def _output(self, ans: Any, datas: Any) -> int:
@@ -147,13 +147,13 @@ class Pending:
         else the array or number itself; the arrays held as constants and their
         fingerprints (when something was handed out); the bytes of the buffers its
         note holds (each as often as held: a bound)."""
-        notes, args, inputs, held = self.notes, record.args, [], [record.ans]
+        find, args, inputs, held = self.find, record.args, [], [record.ans]
         consts: tuple = ()
         careful = REBOUND[0] >= self.since  # a tensor got a new value: its node's output?
         for i, node in enumerate(record.parents):
             d = datas[i]
             if node is not None:
-                note = notes.get(id(node))
+                note = find(id(node))
                 if (
                     note is not None
                     and note[3] == id(d)
@@ -216,8 +216,7 @@ class Pending:
         (nothing is let go until a sweep, whose first ``before_vjp`` call syncs)."""
         notes = self.notes
         if self.counted < len(notes):
-            # (a list first: a sweep of another thread may call, while notes are added)
-            fresh = list(islice(notes.values(), self.counted, None))
+            fresh = notes[self.counted :]  # (a sweep of another thread may call)
             total, released = _count(fresh, self.owned, cache.bytes)
             cache.bytes, self.counted = total, len(notes)
             stats = cache._stats
@@ -243,15 +242,24 @@ class Pending:
         cache.watch()
         self.prune()
         owned = dict.fromkeys(cache.leaves, LEAF)
-        cache.bytes = self.bound = _count(self.notes.values(), owned, 0)[0]
+        cache.bytes = self.bound = _count(self.notes, owned, 0)[0]
         self.owned, self.counted, self.exact = owned, len(self.notes), True
         self.last, self.made = None, 0
 
     def prune(self) -> None:
         """Drop the notes of records backward has released (their constants with them)."""
-        kept = {k: n for k, n in self.notes.items() if n[0].parents is not None}
+        kept = [n for n in self.notes if n[0].parents is not None]
         self.pruned += len(self.notes) - len(kept)
-        self.notes = kept
+        self.notes, self.index = kept, {}
+
+    def find(self, key: int) -> tuple | None:
+        """The note of the record whose id is ``key``, or None.  The index is made
+        when asked (by an op reading a value not made just before, by a sweep): not
+        per op.  (Its entries are as many as the notes it covers: ids alive differ.)"""
+        notes, index = self.notes, self.index
+        if len(index) < len(notes):
+            index.update({id(note[0]): note for note in notes[len(index) :]})
+        return index.get(key)
 
     @property
     def ops(self) -> int:
@@ -295,7 +303,7 @@ def build(cache: Any, pending: Pending) -> None:
     cache.bytes = 0  # counted again below, by the eager rules
     tick = pending.pruned  # a tick per op, as eagerly
     before = cache.time
-    for record, kwargs, inputs, oid, dtype, now, checks, consts in pending.notes.values():
+    for record, kwargs, inputs, oid, dtype, now, checks, consts in pending.notes:
         ins = tuple(_source(made, u) if type(u) is Record else u for u in inputs)
         ans = record.ans  # its array, if its record saves it (else a reader may, below)
         tick += 1
