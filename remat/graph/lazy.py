@@ -171,11 +171,10 @@ class Pending:
                     self.owned[id(o)] = LEAF
                 else:
                     consts += (d,)
-                    held.append(d)
         checks = None
         if _watched:  # fingerprints of what it read that user code may change
             checks = guard.checks(datas)
-        ans, saved = held[0], [a for a in held[1:] if a is not None]
+        ans, saved = held[0], [a for a in held[1:] if a is not None]  # (this tape's values)
         adding = 0 if ans is None else self._output(ans, datas)
         if saved or consts:  # (a value the op before made, alone: saved by no note yet)
             if consts or len(saved) > 1 or not self._alone(record, saved[0]):
