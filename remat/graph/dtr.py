@@ -46,7 +46,8 @@ always, and a fingerprint of its values (:func:`remat.backend.replay_fingerprint
 unless ``check_replay=False``; a mismatch raises :class:`remat.ReplayError`.
 
 Lazily: until what an op saves would first pass ``m``, the tape only notes each
-op (what runs it again, its time, an exact byte count: :mod:`remat.graph.lazy`),
+op (what runs it again, its time, a bound of the byte count, exact where it must
+be: :mod:`remat.graph.lazy`),
 and builds the tables below (Values, slots, readers, resident values) at that op,
 for the records still alive.  Per-op bookkeeping a tape never evicting would not
 use is so deferred: its cost (about 10 us an op) was 40% of a chain of small ops.
@@ -157,8 +158,10 @@ class Cache(Choice):
     @property
     def stats(self) -> DTRStats:
         """What this tape did so far (``tape.stats``)."""
-        if self.pending is not None:  # lazy: the ops are counted from the notes
-            self._stats.ops = self.pending.ops
+        pending = self.pending
+        if pending is not None:  # lazy: the ops and the count are brought up to date
+            pending.update_peak(self)
+            self._stats.ops = pending.ops
         return self._stats
 
     @stats.setter
@@ -459,7 +462,8 @@ def _before_vjp(record):
         if pending is None:
             if key in cache.values:
                 cache.before_vjp(record)
-        elif key in pending.notes:  # lazy: count again at the next op; till then, no calls
+        elif record is pending.last or pending.find(key) is not None:  # lazy: count again
+            pending.update_peak(cache)  # at the next op; till then, no calls (the peak first)
             pending.swept = True
             _watch(cache, False)
 

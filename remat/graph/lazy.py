@@ -14,15 +14,26 @@ buffer) cost about 10 us an op.  So until what an op saves would pass ``m``,
 * when the op ended (one clock read: an op's cost is the time since the op before);
 * the fingerprints of the constants it read while something was handed out
   (:mod:`remat.guard`): they must be taken before user code can change them;
-* the byte count, exact by the eager rules (by buffer, each once, a leaf's buffer
-  uncounted, a constant a recipe holds counted), with the peak: ``owned`` holds
-  the id of each buffer counted (each alive: a record or note holds it, until a
-  reverse sweep releases the record).  The first ``before_vjp`` call of a sweep
-  that reaches a noted record marks the count stale and stops the calls; the next
-  op counts again what the records still alive save (:meth:`Pending.recount`).
+* a bound of the byte count: the bytes of each buffer its record saves (and of
+  its constants), added up without asking whether another note holds it too, so
+  never less than the count by the eager rules (by buffer, each once, a leaf's
+  buffer uncounted, a constant a recipe holds counted).  Asking that, per op, cost
+  more than all the rest.  The bound is also *exact* (it is the count) while no
+  buffer was added twice, which the common case shows at no cost: an op saving
+  only its input, made by the op noted just before (whose readers are all noted
+  later), that saved only its own input, is the first to hold it.  Where a buffer
+  may be held twice (a view, an output its op saves, a value read twice, a
+  constant), :meth:`Pending.sync` counts exactly (``owned``: the id of each
+  buffer counted) when the count must be known: when the bound would pass ``m``
+  (from there on each op is counted exactly), for ``tape.stats``, and before a
+  sweep lets records go.  Nothing is let go between two counts (records live
+  until a sweep), so the peak is the latest count.  The first ``before_vjp``
+  call of a sweep that reaches a noted record so raises the peak, marks the count
+  stale and stops the calls; the next op counts again what the records still
+  alive save (:meth:`Pending.recount`).
 
 Deferred, to :func:`build`, run at the first op whose saved arrays would pass ``m``
-(the one point where eviction may be needed; the count is exact, so no margin is
+by the exact count (the one point where eviction may be needed; no margin is
 kept): the Values (each array found where a record saves it; a value no record
 saves is known by its id until an op reads it), the slots, the readers
 (``h_dtr_eq``), the resident table the heuristics score, the holder counts, the
@@ -52,6 +63,7 @@ _clock, _weak, _is_array, _owner = (
     backend.is_array,
     backend.memory_owner,
 )
+_watched = guard.WATCHED  # (a dict, changed in place: what was handed out)
 
 LEAF = -1
 """What ``Pending.owned`` maps a leaf's buffer to (it is not counted)."""
@@ -61,10 +73,18 @@ class Pending:
     """The notes of a DTR tape that has not approached its budget (see the module)."""
 
     def __init__(self) -> None:
-        self.notes: dict[int, tuple] = {}  # id(record) -> note, in the order recorded
+        self.notes: list[tuple] = []  # in the order recorded
+        self.index: dict[int, tuple] = {}  # id(record) -> note, of the first notes (find)
         # id of each buffer counted (alive until a sweep) -> id of the record that
         # first held it; leaves' buffers (not counted) -> LEAF
         self.owned: dict[int, int] = {}
+        self.counted = 0  # the first notes, counted in `owned` and the cache's bytes
+        # the cache's bytes and, per note after those, its arrays' buffers' bytes (a
+        # buffer may be in several: at least the count, were all counted); `exact`
+        # while none is (then the bound is the count)
+        self.bound, self.exact = 0, True
+        self.last: Any = None  # the record noted last (a Record), and its output's id
+        self.made = 0
         # a sweep has reached a noted record since the count was taken: count again
         # (and be watched by before_vjp again) at the next op; first, be watched
         self.swept = True
@@ -77,55 +97,63 @@ class Pending:
         now = _clock()
         if self.swept:  # a sweep reached noted records: it may have released some
             self.recount(cache)
-        notes, parents = self.notes, record.parents
-        if len(parents) == 1 and REBOUND[0] < self.since:  # the common case, unrolled:
-            node = parents[0]  # one input, made by an op of this tape
-            note = notes.get(id(node))
-            if note is not None and note[3] == id(datas[0]) and node.parents is not None:
-                inputs, consts = parents, ()
-                checks = guard.checks(datas) if guard.WATCHED else None  # (a value's .data)
-                held: Any = (record.args[0], record.ans)
-            else:
-                inputs, consts, checks, held = self._resolve(cache, record, datas)
+        parents, last = record.parents, self.last
+        if (
+            parents[0] is last  # one input, the output of the op noted last, as made:
+            and len(parents) == 1  # the common case (a chain), unrolled
+            and self.made == id(datas[0])
+            and REBOUND[0] < self.since
+            and last.parents is not None
+        ):
+            inputs, consts = parents, ()
+            checks = guard.checks(datas) if _watched else None  # (a value's .data)
+            a, ans, adding = record.args[0], record.ans, 0
+            if a is not None:  # its input, saved: no note held it (the op noted last
+                # made it) unless that op saved it too, or it is a view
+                if a.base is None and last.ans is None:
+                    adding = a.nbytes
+                else:
+                    adding, self.exact = _owner(a).nbytes, False
+            if ans is not None:
+                adding += self._output(ans, datas)
         else:
-            inputs, consts, checks, held = self._resolve(cache, record, datas)
+            inputs, consts, checks, adding = self._resolve(cache, record, datas)
         if kwargs or record.kwargs:  # an index table its keywords keep: a constant
             extra = keyword_arrays(kwargs, record.kwargs)
             if extra:
-                consts, held = (*consts, *extra), (*held, *extra)
-        owned, mark, adding = self.owned, id(record), 0
-        for a in held:  # count the buffers not counted yet (leaves' are in owned)
-            if a is None:
-                continue
-            o = a if a.base is None else _owner(a)
-            k = id(o)
-            if k not in owned:
-                owned[k] = mark
-                adding += o.nbytes
-        if adding:
-            total = cache.bytes + adding
-            if total > cache.limit:  # undo: the tape builds its tables and evicts
-                for k in [k for k, m in owned.items() if m == mark]:
-                    del owned[k]
-                return False
-            cache.bytes = total
-            stats = cache._stats
-            if total > stats.peak_bytes:
-                stats.peak_bytes = total
-        notes[mark] = (record, kwargs, inputs, id(out), out.dtype, now, checks, consts)
+                consts = (*consts, *extra)
+                adding += sum(a.nbytes if a.base is None else _owner(a).nbytes for a in extra)
+                self.exact = False
+        note = (record, kwargs, inputs, id(out), out.dtype, now, checks, consts)
+        bound = self.bound + adding
+        if bound > cache.limit:  # near the budget: count exactly
+            if not self._fits(cache, note):
+                return False  # the tape builds its tables and evicts
+            bound = cache.bytes
+        self.bound, self.last, self.made = bound, record, id(out)
+        self.notes.append(note)
         return True
+
+    def _output(self, ans: Any, datas: Any) -> int:
+        """The bytes of ``ans``'s buffer, an op's output its record saves: new, unless
+        it is a view, or one of the op's inputs (then maybe counted twice)."""
+        if ans.base is None and not any(ans is d for d in datas):
+            return ans.nbytes
+        self.exact = False
+        return _owner(ans).nbytes
 
     def _resolve(self, cache: Any, record: Record, datas: Any) -> tuple:
         """Per input: its record if a value of this tape made it (read as it was made),
         else the array or number itself; the arrays held as constants and their
-        fingerprints (when something was handed out); the arrays its record holds."""
-        notes, args, inputs, held = self.notes, record.args, [], [record.ans]
+        fingerprints (when something was handed out); the bytes of the buffers its
+        note holds (each as often as held: a bound)."""
+        find, args, inputs, held = self.find, record.args, [], [record.ans]
         consts: tuple = ()
         careful = REBOUND[0] >= self.since  # a tensor got a new value: its node's output?
         for i, node in enumerate(record.parents):
             d = datas[i]
             if node is not None:
-                note = notes.get(id(node))
+                note = find(id(node))
                 if (
                     note is not None
                     and note[3] == id(d)
@@ -143,44 +171,126 @@ class Pending:
                     self.owned[id(o)] = LEAF
                 else:
                     consts += (d,)
-                    held.append(d)
         checks = None
-        if guard.WATCHED:  # fingerprints of what it read that user code may change
+        if _watched:  # fingerprints of what it read that user code may change
             checks = guard.checks(datas)
-        return tuple(inputs), consts, checks, held
+        ans, saved = held[0], [a for a in held[1:] if a is not None]  # (this tape's values)
+        adding = 0 if ans is None else self._output(ans, datas)
+        if saved or consts:  # (a value the op before made, alone: saved by no note yet)
+            if consts or len(saved) > 1 or not self._alone(record, saved[0]):
+                self.exact = False
+            adding += sum(a.nbytes if a.base is None else _owner(a).nbytes for a in saved)
+            adding += sum(a.nbytes if a.base is None else _owner(a).nbytes for a in consts)
+        return tuple(inputs), consts, checks, adding
+
+    def _alone(self, record: Record, a: Any) -> bool:
+        """Whether ``a``, the one value of this tape ``record`` saves, is held by no
+        note yet: a buffer of its own, made by the op before, whose record saves only
+        its input.  (Who else read it was noted later: that op would be the last.)"""
+        last = self.last
+        if a.base is not None or last is None or last.ans is not None:
+            return False
+        return any(node is last and s is a for node, s in zip(record.parents, record.args))
+
+    def _fits(self, cache: Any, note: tuple) -> bool:
+        """Near the budget (the bound passes it): count exactly the notes the bound
+        alone counted, then ``note``'s op; whether its arrays fit (if so, counted)."""
+        self.sync(cache)
+        owned, mark = self.owned, id(note[0])
+        total = _count((note,), owned, cache.bytes)[0]
+        if total > cache.limit:  # undo: the tape builds its tables and evicts
+            for k in [k for k, m in owned.items() if m == mark]:
+                del owned[k]
+            return False
+        cache.bytes = total
+        stats = cache._stats
+        if total > stats.peak_bytes:
+            stats.peak_bytes = total
+        self.counted = len(self.notes) + 1  # with this op's note, to be made
+        return True
+
+    def sync(self, cache: Any) -> None:
+        """Count exactly (each buffer once, a leaf's not) the notes the bound alone
+        counted, and raise the peak to the count: it only grew since the last time
+        (nothing is let go until a sweep, whose first ``before_vjp`` call syncs)."""
+        notes = self.notes
+        if self.counted < len(notes):
+            fresh = notes[self.counted :]  # (a sweep of another thread may call)
+            total, released = _count(fresh, self.owned, cache.bytes)
+            cache.bytes, self.counted = total, len(notes)
+            stats = cache._stats
+            peak = self.bound if released else total  # (the bound: at least what was held)
+            if peak > stats.peak_bytes:
+                stats.peak_bytes = peak
+        self.bound, self.exact = cache.bytes, True
+
+    def update_peak(self, cache: Any) -> None:
+        """Raise the peak to the count (for ``tape.stats``, or before a sweep lets
+        records go): the bound, while exact; else the notes are counted (:meth:`sync`)."""
+        if not self.exact:
+            self.sync(cache)
+        elif self.bound > cache._stats.peak_bytes:
+            cache._stats.peak_bytes = self.bound
 
     def recount(self, cache: Any) -> None:
         """Count again, exactly, what the records still alive save (a reverse sweep
         reached some, and may have released them): each buffer once, a leaf's not.
         The sweeps to come are watched again."""
+        self.update_peak(cache)  # (before the sweep: its first before_vjp call did)
         self.swept = False
         cache.watch()
         self.prune()
         owned = dict.fromkeys(cache.leaves, LEAF)
-        total = 0
-        for record, _, inputs, *_, consts in self.notes.values():
-            held = [*consts, *(a for a, u in zip(record.args, inputs) if type(u) is Record)]
-            held.append(record.ans)
-            for a in held:
-                if a is None:
-                    continue
-                o = a if a.base is None else backend.memory_owner(a)
-                if id(o) not in owned:
-                    owned[id(o)] = id(record)
-                    total += o.nbytes
-        self.owned = owned
-        cache.bytes = total
+        cache.bytes = self.bound = _count(self.notes, owned, 0)[0]
+        self.owned, self.counted, self.exact = owned, len(self.notes), True
+        self.last, self.made = None, 0
 
     def prune(self) -> None:
         """Drop the notes of records backward has released (their constants with them)."""
-        kept = {k: n for k, n in self.notes.items() if n[0].parents is not None}
+        kept = [n for n in self.notes if n[0].parents is not None]
         self.pruned += len(self.notes) - len(kept)
-        self.notes = kept
+        self.notes, self.index = kept, {}
+
+    def find(self, key: int) -> tuple | None:
+        """The note of the record whose id is ``key``, or None.  The index is made
+        when asked (by an op reading a value not made just before, by a sweep): not
+        per op.  (Its entries are as many as the notes it covers: ids alive differ.)"""
+        notes, index = self.notes, self.index
+        if len(index) < len(notes):
+            index.update({id(note[0]): note for note in notes[len(index) :]})
+        return index.get(key)
 
     @property
     def ops(self) -> int:
         """The ops noted so far (``tape.stats.ops`` while lazy)."""
         return self.pruned + len(self.notes)
+
+
+def _count(notes: Any, owned: dict, total: int) -> tuple[int, bool]:
+    """``total`` plus the bytes of the buffers ``notes`` hold (the constants their
+    recipes keep, what their records save of this tape's values and of their outputs)
+    that ``owned`` has not, each once, noted there (by the record first holding it);
+    and whether the record of one of them was released (holding nothing now)."""
+    released = False
+    for note in notes:
+        record = note[0]
+        args = record.args
+        if args is None:
+            released = True
+            continue
+        mark, inputs = id(record), note[2]
+        if len(args) == 1:  # (the common case, unrolled)
+            held = (args[0] if type(inputs[0]) is Record else None, record.ans, *note[7])
+        else:
+            saved = [a if type(u) is Record else None for a, u in zip(args, inputs)]
+            held = (*saved, record.ans, *note[7])
+        for a in held:
+            if a is not None:
+                o = a if a.base is None else _owner(a)
+                if id(o) not in owned:
+                    owned[id(o)] = mark
+                    total += o.nbytes
+    return total, released
 
 
 def build(cache: Any, pending: Pending) -> None:
@@ -192,7 +302,7 @@ def build(cache: Any, pending: Pending) -> None:
     cache.bytes = 0  # counted again below, by the eager rules
     tick = pending.pruned  # a tick per op, as eagerly
     before = cache.time
-    for record, kwargs, inputs, oid, dtype, now, checks, consts in pending.notes.values():
+    for record, kwargs, inputs, oid, dtype, now, checks, consts in pending.notes:
         ins = tuple(_source(made, u) if type(u) is Record else u for u in inputs)
         ans = record.ans  # its array, if its record saves it (else a reader may, below)
         tick += 1
