@@ -64,6 +64,8 @@ HEADERS = {
     "graph": [
         "| method | budget | ms | vs store-all | tape peak | traced peak | recomputed ops | "
         "solve s | predicted ms | gradients bit for bit |",
+        "| method | small: vs store-all | large: vs store-all | small: recomputed ops | "
+        "large: recomputed ops |",
         "| target | workload | figure | met |",
     ],
     "transformer": [
@@ -86,8 +88,10 @@ def test_quick_run_prints_its_table(name):
         assert "**NO**" not in text and "(empty afterwards)" in text
         has_peer = importlib.util.find_spec("checkpoint_schedules") is not None
         assert ("| HRevolve" if has_peer else "checkpoint_schedules is not installed") in text
-    if name == "graph":  # every method's gradients are store-all's bit for bit
+    if name == "graph":  # every method's gradients are store-all's bit for bit, both sizes
         assert "**NO**" not in text and "**FAILURE**" not in text
+        assert "### unet, small: " in text and "### unet, large: " in text
+        assert "| dtr:h_dtr at 33%: <= 1.25x store-all | resnet (large) @ 33% |" in text
     if name == "transformer":
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch selective" if has_torch else "torch skipped: ") in text
