@@ -6,13 +6,16 @@ by op, an adaptive ODE solver) each run at two sizes, the same graph at each (th
 same ops; only the arrays grow):
 
 * **small**: the data larger than the builders' defaults, so that the saved values
-  outweigh the parameters; store-all runs in 3-14 ms for 88-335 ops, 10-40 us an op,
-  so what DTR pays per eviction and recomputation in Python (tens of us) weighs as
-  much as the arithmetic;
-* **large**: kernels of about 0.3-3 ms (wider layers, longer signals, a larger
-  batch), about 100 MiB saved by store-all: the arithmetic outweighs the
-  bookkeeping, as on the GPU nets of the DTR paper, whose figure (3x less memory
-  for about 20% more compute) the 33% target holds DTR to.
+  outweigh the parameters; store-all saves 2-7 MiB and spends tens of us an op (3-14
+  ms for 88-335 ops, idle), so what DTR pays per eviction and recomputation in Python
+  (tens of us) weighs as much as the arithmetic;
+* **large**: wider layers, longer signals, a larger batch: store-all saves 74-118 MiB
+  and spends milliseconds an op (its forward and backward, over the ops; the ODE the
+  least, its step-size ops being scalars), so the arithmetic outweighs the
+  bookkeeping, as on the GPU nets of the DTR paper, whose figure (3x less memory for
+  about 20% more compute) the 33% target holds DTR to.  The optimal plan runs at this
+  size too (about two minutes of solving in all): its prediction and DTR's distance
+  to it are measured where the per-op costs are not Python's.
 
 Each size is measured by :func:`remat.graph_compare.compare_graph` (the function
 ``remat compare --graph`` prints): store-all, ``rm.checkpoint`` per block, DTR with
@@ -270,9 +273,9 @@ def run(quick=False):
         "in one run; traced: tracemalloc peak of one more run; tape peak: "
         "`tape.stats.peak_bytes` (store-all: the bytes it saves); budgets: shares of "
         f"store-all's saved bytes; DTR in the targets: `{DTR}`. Each workload at two sizes, "
-        "one graph: small (10-40 us an op: DTR's bookkeeping in Python weighs as much as "
-        "the arithmetic) and large (kernels of about 0.3-3 ms, about 100 MiB saved: the "
-        "arithmetic outweighs the bookkeeping, as on the GPU nets of the DTR paper)."
+        "one graph: small (tens of us an op: DTR's bookkeeping in Python weighs as much as "
+        "the arithmetic) and large (milliseconds an op, 74-118 MiB saved: the arithmetic "
+        "outweighs the bookkeeping, as on the GPU nets of the DTR paper)."
     )
     if quick:
         how += f" Quick: both sizes tiny; the large one runs {', '.join(QUICK_LARGE)}."
