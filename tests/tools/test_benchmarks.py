@@ -100,6 +100,16 @@ def test_quick_run_prints_its_table(name):
         assert ("| library | plan |" if has_torch else "torch skipped: ") in text
 
 
+def test_graph_targets_set_each_target_of_the_two_sizes_side_by_side():
+    # guards the targets table listing one size's rows after the other's, far apart
+    from benchmarks import bench_graph
+
+    small = [["t", "unet (small) @ 50%", "a", "yes"], ["u", "unet (small)", "b", "no"]]
+    large = [["t", "unet (large) @ 50%", "c", "yes"], ["u", "unet (large)", "d", "no"]]
+    rows = bench_graph._side_by_side(small, large)
+    assert [row[2] for row in rows] == ["a", "c", "b", "d"]
+
+
 def test_logn_plot_is_drawn(tmp_path):
     pytest.importorskip("matplotlib", reason="the plot needs matplotlib")
     from benchmarks import bench_logn
