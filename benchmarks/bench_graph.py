@@ -72,6 +72,7 @@ WORKLOADS = {  # name: (builder, {size: its keywords}, quick keywords)
 STATIC = ("unet", "resnet", "transformer_ops")  # the ODE's graph follows its data
 BUDGETS = (0.5, 0.33)
 DTR = "dtr:h_dtr"  # the default heuristic: what the targets hold DTR to
+LARGE_METHODS = METHODS  # the optimal plan too (about 2 minutes of the run's solving)
 QUICK_LARGE = tuple(m for m in METHODS if m != "optimal")  # the smoke test plans once a size
 
 
@@ -252,7 +253,7 @@ def bench(name, size, quick, repeats):
     builder, sizes, tiny = WORKLOADS[name]
     workload = builder(**(tiny if quick else sizes[size]))
     measured = workload.measure()
-    methods = QUICK_LARGE if quick and size == "large" else METHODS
+    methods = METHODS if size == "small" else QUICK_LARGE if quick else LARGE_METHODS
     rows = compare_graph(workload, BUDGETS, repeats, methods, time_limit=1.0 if quick else 30.0)
     failures = failures_of(rows)
     per_op = rows[0].seconds / measured.ops * 1e6
