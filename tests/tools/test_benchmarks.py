@@ -64,6 +64,8 @@ HEADERS = {
     "graph": [
         "| method | budget | ms | vs store-all | tape peak | traced peak | recomputed ops | "
         "solve s | predicted ms | gradients bit for bit |",
+        "| method | small: vs store-all | large: vs store-all | small: recomputed ops | "
+        "large: recomputed ops |",
         "| target | workload | figure | met |",
     ],
     "transformer": [
@@ -86,14 +88,26 @@ def test_quick_run_prints_its_table(name):
         assert "**NO**" not in text and "(empty afterwards)" in text
         has_peer = importlib.util.find_spec("checkpoint_schedules") is not None
         assert ("| HRevolve" if has_peer else "checkpoint_schedules is not installed") in text
-    if name == "graph":  # every method's gradients are store-all's bit for bit
+    if name == "graph":  # every method's gradients are store-all's bit for bit, both sizes
         assert "**NO**" not in text and "**FAILURE**" not in text
+        assert "### unet, small: " in text and "### unet, large: " in text
+        assert "| dtr:h_dtr at 33%: <= 1.25x store-all | resnet (large) @ 33% |" in text
     if name == "transformer":
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch selective" if has_torch else "torch skipped: ") in text
     if name == "memory":
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("| library | plan |" if has_torch else "torch skipped: ") in text
+
+
+def test_graph_targets_set_each_target_of_the_two_sizes_side_by_side():
+    # guards the targets table listing one size's rows after the other's, far apart
+    from benchmarks import bench_graph
+
+    small = [["t", "unet (small) @ 50%", "a", "yes"], ["u", "unet (small)", "b", "no"]]
+    large = [["t", "unet (large) @ 50%", "c", "yes"], ["u", "unet (large)", "d", "no"]]
+    rows = bench_graph._side_by_side(small, large)
+    assert [row[2] for row in rows] == ["a", "c", "b", "d"]
 
 
 def test_logn_plot_is_drawn(tmp_path):
