@@ -13,7 +13,8 @@ Each run (from entering the tape to the end of its backward) is recorded
 its output's bytes, and in the reverse sweep the order of the VJPs and their times.
 The first run has no plan: it runs under DTR (:mod:`remat.graph.dtr`, so within
 ``m``).  When its backward ends (in the hook before the last VJP, which is then
-timed on a cotangent of ones: no hook follows a sweep), its graph
+timed on a cotangent of ones: no hook follows a sweep; once a plan's prediction is
+settled, not any more), its graph
 (:func:`remat.graph.joint.joint`: a node per op whose output a record saves, the
 others folded into the recipes of those made from them, then a node per VJP) is
 planned within ``m`` by :func:`remat.schedules.plan_graph`, or the plan is taken
@@ -138,7 +139,9 @@ class PlannedCache(Cache):
     # --- a run ---------------------------------------------------------------------
     def begin(self) -> set[int]:
         """A run starts (the tape is entered): follow the plan of the last graph planned;
-        the ids of the records of the run before let go (:meth:`_let_go`)."""
+        the ids of the records of the run before let go (:meth:`_let_go`).  The run's
+        time starts here: this work is the first op's (a run under the plan does it)."""
+        started = time.perf_counter()
         self._drop_released()  # the last record the previous sweep reversed: uncounted
         self._unkeep()
         gone = self._let_go(self.run)
@@ -158,7 +161,7 @@ class PlannedCache(Cache):
                 stats.planned, stats.method = True, entry.plan.method
         self.entry = entry if entry is not None and entry.plan is not None else None
         self.stats = stats
-        self.time = self.began = time.perf_counter()
+        self.time = self.began = started
         self.mark = (self.time, self.spent)
         self.spent_before = self.spent
         return gone
@@ -242,7 +245,9 @@ class PlannedCache(Cache):
             self._stage(self.entry, k, record)
         super().before_vjp(record)
         if len(run.order) == run.reachable:  # the last: this hook, and the VJP timed apart
-            run.vjp[k] = time.perf_counter() - now - (self.spent - spent) + _vjp_seconds(record, v)
+            run.vjp[k] = time.perf_counter() - now - (self.spent - spent)
+            if self.entry is None or not self.entry.settled:  # (else its costs are not used)
+                run.vjp[k] += _vjp_seconds(record, v)
             self._end()
         self.vjp_from = (k, now, spent)
 
