@@ -16,8 +16,9 @@ each op's and VJP's time, the ops' own times where recomputed, the tape's work p
 op recomputed, the whole run), and where the median of :data:`TIMED_RUNS` runs'
 times is off the plan's prediction by more than :data:`REPLAN_TOLERANCE`, the graph
 is planned again with their median costs (at most :data:`MAX_REPLANS` times per
-signature), for the runs after.  A run traced by tracemalloc, which slows allocating
-ops, is not timed for costs.
+signature; then the plan stands, its prediction priced with them), for the runs
+after.  A run traced by tracemalloc, which slows allocating ops, is not timed for
+costs.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ def refine(entry: Entry, run: Run, memory: int, options: Any) -> tuple[Entry, st
     """Note the costs of ``run``, which followed ``entry``'s plan to its end; where the
     median time of the runs under it is off the plan's prediction by more than
     :data:`REPLAN_TOLERANCE`, plan the graph again with their median costs (unless it was
-    so :data:`MAX_REPLANS` times): ``(the plan for the next runs, why it was made again
-    or None)``."""
+    so :data:`MAX_REPLANS` times: then the plan stands, its prediction priced with those
+    costs): ``(the plan for the next runs, why it was made again or None)``."""
     if entry.settled or entry.plan is None:
         return entry, None
     entry.observed.append(
@@ -174,18 +175,19 @@ def refine(entry: Entry, run: Run, memory: int, options: Any) -> tuple[Entry, st
     if not predicted > 0 or abs(measured / predicted - 1) <= REPLAN_TOLERANCE:
         entry.settled = True  # confirmed: no more timing (pricing a run takes a millisecond)
         return entry, None
-    if entry.replans >= MAX_REPLANS:
-        entry.settled = True
+    timed = _median_run(run, entry.observed)
+    if entry.replans >= MAX_REPLANS:  # the plan stands; what it takes is now measured
+        entry.joint, entry.settled = joint(timed), True
         return entry, None
     why = (
         f"the plan predicted {predicted * 1e3:.3g} ms; the {len(entry.observed)} runs under "
         f"it took {measured * 1e3:.3g} ms (the median, {measured / predicted - 1:+.0%}): "
         "planned again with their median costs"
     )
-    again = _plan(_median_run(run, entry.observed), memory, options)
+    again = _plan(timed, memory, options)
     again.replans, again.key = entry.replans + 1, entry.key
     if again.plan is None:  # kept: the plan stands, and is not made again
-        entry.settled = True
+        entry.joint, entry.settled = joint(timed), True
         return entry, f"{why}, which found none ({again.reason}); the plan stands"
     if entry.key in _PLANS:
         _PLANS[entry.key] = again
