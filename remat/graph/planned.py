@@ -321,7 +321,9 @@ class PlannedCache(Cache):
             run.overhead = max(0.0, extra) / stats.recomputed_ops
             again = stats.recomputed_by_op  # their own times, as the last recomputation took
             run.raw = {k: v.cost for k, v in enumerate(run.values) if v.index in again}
-            run.gap = max(0.0, statistics.median(run.cost[k] - t for k, t in run.raw.items()))
+            if run.raw:  # (none where what was recomputed is an earlier run's)
+                gaps = [run.cost[k] - t for k, t in run.raw.items()]
+                run.gap = max(0.0, statistics.median(gaps))
         if self.entry is not None:  # followed to here: its costs price the plan again
             if not tracemalloc.is_tracing():  # (tracing slows the ops that allocate)
                 self.next, stats.replanned = refine(self.entry, run, self.limit, self.options)
