@@ -9,9 +9,11 @@ ops between it and the op values or leaves it reads).  An op value's node:
 
 * reads the op values its recipe starts from (and, for a view, the op value
   owning its buffer: keeping a view keeps that buffer);
-* costs the op's measured time plus its recipe's (recomputing it runs them all:
-  the forward ran each once, which :attr:`Joint.forward` counts), plus the tape's
-  work per op recomputed (evicting, recomputing: the run's ``overhead``);
+* costs what recomputing it takes: the op's own time and its recipe's
+  (:meth:`Run.price <remat.graph.recording.Run.price>`: recomputing runs them all;
+  the forward ran each once, with the work around it, which :attr:`Joint.forward`
+  counts), plus the tape's work per op recomputed (evicting, recomputing: the run's
+  ``overhead``);
 * holds its buffer's bytes, each buffer once (a view: 0), or, if more, the most
   bytes its recipe's values take at once while they are recomputed (DTR counts
   them then; they are gone before the op runs, whose inputs are released first).
@@ -95,7 +97,7 @@ def joint(run: Run) -> Joint:
         parents.append(tuple(sorted(reading(starts[k]))))
         evaluations = 1 + len(recipe[k])
         compute.append(
-            run.cost[k] + sum(run.cost[j] for j in recipe[k]) + run.overhead * evaluations
+            run.price(k) + sum(run.price(j) for j in recipe[k]) + run.overhead * evaluations
         )
         own = 0 if owner[k] in charged else run.bytes[owner[k]]
         size.append(max(own, _holding(run, owner, sorted(recipe[k]), k)))

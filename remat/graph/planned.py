@@ -13,7 +13,8 @@ Each run (from entering the tape to the end of its backward) is recorded
 its output's bytes, and in the reverse sweep the order of the VJPs and their times.
 The first run has no plan: it runs under DTR (:mod:`remat.graph.dtr`, so within
 ``m``).  When its backward ends (in the hook before the last VJP, which is then
-timed on a cotangent of ones: no hook follows a sweep), its graph
+timed on a cotangent of ones: no hook follows a sweep; once a plan's prediction is
+settled, not any more), its graph
 (:func:`remat.graph.joint.joint`: a node per op whose output a record saves, the
 others folded into the recipes of those made from them, then a node per VJP) is
 planned within ``m`` by :func:`remat.schedules.plan_graph`, or the plan is taken
@@ -56,15 +57,20 @@ each op value from its op to its last reader (or while kept) at its buffer's byt
 constants' bytes (:mod:`remat.graph.joint`): at least what DTR counts of a run that
 follows it, so such a run evicts nothing the plan does not.
 
-Time.  An op costs what DTR measures (from one record to the next: the op and
-the Python code between), a VJP the time from one ``before_vjp`` hook's end to the
-next's start.  ``stats.predicted_seconds`` is what a run under the plan computes:
-the forward once, every VJP, the run's time outside them (``Run.outside``), and the
-op values (with their recipes) recomputed before VJPs;
-``stats.predicted_recomputed_ops`` counts those op evaluations.  The first run's
-costs carry DTR's own work; the runs that then follow a plan to its end are timed
-too, and where their costs put its prediction off, the graph is planned again with
-them (:func:`remat.graph.plans.refine`; ``stats.replanned`` says so).
+Time.  An op costs, in the forward, the time from the tape's work for the op
+before to the end of its own (the op, the Python code before it, recording it and
+noting it), less what the tape spent evicting meanwhile; a VJP the time from its
+``before_vjp`` hook's start to the next's, less what the hooks spent recomputing.
+Recomputing an op costs its own time (:meth:`Run.price
+<remat.graph.recording.Run.price>`: as timed where it was recomputed) and the tape's
+work per op recomputed (``Run.overhead``: evicting it, fingerprinting it, bringing it
+back).  ``stats.predicted_seconds`` is what a run under the plan takes: the forward
+once, every VJP, the run's time outside them (``Run.outside``), and the op values
+(with their recipes) recomputed before VJPs; ``stats.predicted_recomputed_ops``
+counts those op evaluations.  The first run's costs carry DTR's own work; the runs
+that then follow a plan to its end are timed too, and where their median time is off
+the prediction, the graph is planned again with their costs
+(:func:`remat.graph.plans.refine`; ``stats.replanned`` says so).
 
 Gradients are store-all's bit for bit whatever is followed: every value is the
 same op run on the same inputs (DTR's replay check stands guard).
@@ -72,6 +78,7 @@ same op run on the same inputs (DTR's replay check stands guard).
 
 from __future__ import annotations
 
+import statistics
 import time
 import tracemalloc
 import warnings
@@ -132,7 +139,9 @@ class PlannedCache(Cache):
     # --- a run ---------------------------------------------------------------------
     def begin(self) -> set[int]:
         """A run starts (the tape is entered): follow the plan of the last graph planned;
-        the ids of the records of the run before let go (:meth:`_let_go`)."""
+        the ids of the records of the run before let go (:meth:`_let_go`).  The run's
+        time starts here: this work is the first op's (a run under the plan does it)."""
+        started = time.perf_counter()
         self._drop_released()  # the last record the previous sweep reversed: uncounted
         self._unkeep()
         gone = self._let_go(self.run)
@@ -152,7 +161,7 @@ class PlannedCache(Cache):
                 stats.planned, stats.method = True, entry.plan.method
         self.entry = entry if entry is not None and entry.plan is not None else None
         self.stats = stats
-        self.time = self.began = time.perf_counter()
+        self.time = self.began = started
         self.mark = (self.time, self.spent)
         self.spent_before = self.spent
         return gone
@@ -236,7 +245,9 @@ class PlannedCache(Cache):
             self._stage(self.entry, k, record)
         super().before_vjp(record)
         if len(run.order) == run.reachable:  # the last: this hook, and the VJP timed apart
-            run.vjp[k] = time.perf_counter() - now - (self.spent - spent) + _vjp_seconds(record, v)
+            run.vjp[k] = time.perf_counter() - now - (self.spent - spent)
+            if self.entry is None or not self.entry.settled:  # (else its costs are not used)
+                run.vjp[k] += _vjp_seconds(record, v)
             self._end()
         self.vjp_from = (k, now, spent)
 
@@ -304,9 +315,15 @@ class PlannedCache(Cache):
         spent = self.spent - self.spent_before
         timed = sum(run.cost) + sum(run.vjp.values()) - run.vjp[run.order[-1]] + spent
         run.outside = max(0.0, time.perf_counter() - self.began - timed)
+        run.total = timed + run.vjp[run.order[-1]] + run.outside
         if stats.recomputed_ops:  # what evicting and recomputing cost beyond the ops run
             extra = spent - stats.recompute_seconds
             run.overhead = max(0.0, extra) / stats.recomputed_ops
+            again = stats.recomputed_by_op  # their own times, as the last recomputation took
+            run.raw = {k: v.cost for k, v in enumerate(run.values) if v.index in again}
+            if run.raw:  # (none where what was recomputed is an earlier run's)
+                gaps = [run.cost[k] - t for k, t in run.raw.items()]
+                run.gap = max(0.0, statistics.median(gaps))
         if self.entry is not None:  # followed to here: its costs price the plan again
             if not tracemalloc.is_tracing():  # (tracing slows the ops that allocate)
                 self.next, stats.replanned = refine(self.entry, run, self.limit, self.options)

@@ -12,11 +12,13 @@ stage, in the run's op numbers.
 The first run's costs are timed under DTR, whose own work (choosing what to evict,
 its bookkeeping) the ops' times then carry, a few times what a run under a plan
 spends; so the runs that follow a plan to its end are timed too (:func:`refine`:
-each op's and VJP's time, and the tape's work per op recomputed), and where the
-plan's prediction, priced with the median of :data:`TIMED_RUNS` runs' costs, is
-off by more than :data:`REPLAN_TOLERANCE`, the graph is planned again with them (at most
-:data:`MAX_REPLANS` times per signature), for the runs after.  A run traced by
-tracemalloc, which slows allocating ops, is not timed for costs.
+each op's and VJP's time, the ops' own times where recomputed, the tape's work per
+op recomputed, the whole run), and where the median of :data:`TIMED_RUNS` runs'
+times is off the plan's prediction by more than :data:`REPLAN_TOLERANCE`, the graph
+is planned again with their median costs (at most :data:`MAX_REPLANS` times per
+signature; then the plan stands, its prediction priced with them), for the runs
+after.  A run traced by tracemalloc, which slows allocating ops, is not timed for
+costs.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ SCALE = 1e6
 """Costs go to the solver in microseconds: HiGHS proved plans of measured times in
 seconds (objectives of about 1e-4) several times slower, near its tolerances."""
 
+GAP = 1e-3
+"""The relative gap within which HiGHS' plan is taken as optimal: 0.1% of the run's
+predicted time, far below what timing its ops resolves.  (plan_graph's default, 1e-6,
+kept HiGHS proving the U-Net's 38-node graph at a third of store-all's bytes past its
+18 s, at a gap of 0.003%; at 1e-3 it stops in about 4 s.)"""
+
 CACHE_SIZE = 32
 """Plans (and failures to plan) kept, the least recently used dropped first."""
 
@@ -55,8 +63,9 @@ TIMED_RUNS = 3
 """The runs under a plan timed before its prediction is checked: their median prices it
 (one run's times swing with the machine's load)."""
 
-Timed = tuple[list[float], dict[int, float], float, float]
-"""What a run under a plan is timed for: its ops', its VJPs', its overhead, its outside."""
+Timed = tuple[list[float], dict[int, float], float, float, dict[int, float], float, float]
+"""What a run under a plan is timed for: its ops', its VJPs', its overhead, its outside,
+its ops' own times where recomputed, their gap to the forward's, its total."""
 
 _PLANS: OrderedDict = OrderedDict()
 
@@ -121,13 +130,13 @@ class Entry:
         for c in range(n - 1):
             self.at_op[ops[c] + 1] = self.drops[c]
 
-    def predicted(self, graph: Joint | None = None) -> tuple[float, int]:
-        """(seconds, op evaluations) of a run under the plan, with the forward and the VJPs
-        as measured (in ``graph``, by default the plan's own): the forward once, every
-        VJP, and the op values the tape recomputes (with their recipes)."""
+    def predicted(self) -> tuple[float, int]:
+        """(seconds, op evaluations) of a run under the plan, priced with the costs it was
+        planned with: the forward once, every VJP, and the op values the tape recomputes
+        (with their recipes)."""
         if self.plan is None:
             return 0.0, 0
-        j, n = graph or self.joint, len(self.joint.ops)
+        j, n = self.joint, len(self.joint.ops)
         seconds = j.forward + sum(j.graph.compute[n:]) + sum(j.graph.compute[i] for i in self.again)
         return seconds, sum(j.evaluations[i] for i in self.again)
 
@@ -149,32 +158,36 @@ def planned_for(run: Run, memory: int, options: Any) -> tuple[Entry, bool]:
 
 def refine(entry: Entry, run: Run, memory: int, options: Any) -> tuple[Entry, str | None]:
     """Note the costs of ``run``, which followed ``entry``'s plan to its end; where the
-    plan's prediction priced with the median costs of the runs under it is off by more
-    than :data:`REPLAN_TOLERANCE`, plan the graph again with them (unless it was so
-    :data:`MAX_REPLANS` times): ``(the plan for the next runs, why it was made again or
-    None)``."""
+    median time of the runs under it is off the plan's prediction by more than
+    :data:`REPLAN_TOLERANCE`, plan the graph again with their median costs (unless it was
+    so :data:`MAX_REPLANS` times: then the plan stands, its prediction priced with those
+    costs): ``(the plan for the next runs, why it was made again or None)``."""
     if entry.settled or entry.plan is None:
         return entry, None
-    entry.observed.append((list(run.cost), dict(run.vjp), run.overhead, run.outside))
+    entry.observed.append(
+        (list(run.cost), dict(run.vjp), run.overhead, run.outside, dict(run.raw), run.gap,
+         run.total)
+    )  # fmt: skip
     if len(entry.observed) < TIMED_RUNS:
         return entry, None
-    timed = _median_run(run, entry.observed)
-    predicted, measured = entry.predicted()[0], entry.predicted(joint(timed))[0]
+    predicted = entry.predicted()[0]
+    measured = statistics.median(o[6] for o in entry.observed)
     if not predicted > 0 or abs(measured / predicted - 1) <= REPLAN_TOLERANCE:
         entry.settled = True  # confirmed: no more timing (pricing a run takes a millisecond)
         return entry, None
-    if entry.replans >= MAX_REPLANS:
-        entry.settled = True
+    timed = _median_run(run, entry.observed)
+    if entry.replans >= MAX_REPLANS:  # the plan stands; what it takes is now measured
+        entry.joint, entry.settled = joint(timed), True
         return entry, None
     why = (
-        f"the plan predicted {predicted * 1e3:.3g} ms; priced with the median costs timed "
-        f"in the {len(entry.observed)} runs under it, {measured * 1e3:.3g} ms "
-        f"({measured / predicted - 1:+.0%}): planned again with those costs"
+        f"the plan predicted {predicted * 1e3:.3g} ms; the {len(entry.observed)} runs under "
+        f"it took {measured * 1e3:.3g} ms (the median, {measured / predicted - 1:+.0%}): "
+        "planned again with their median costs"
     )
     again = _plan(timed, memory, options)
     again.replans, again.key = entry.replans + 1, entry.key
     if again.plan is None:  # kept: the plan stands, and is not made again
-        entry.settled = True
+        entry.joint, entry.settled = joint(timed), True
         return entry, f"{why}, which found none ({again.reason}); the plan stands"
     if entry.key in _PLANS:
         _PLANS[entry.key] = again
@@ -182,13 +195,22 @@ def refine(entry: Entry, run: Run, memory: int, options: Any) -> tuple[Entry, st
 
 
 def _median_run(run: Run, observed: list[Timed]) -> Run:
-    """``run`` with each op's and VJP's time, the tape's work per op recomputed and the
-    time outside them, the median of the ``observed`` runs'."""
+    """``run`` with the median of the ``observed`` runs' figures: each op's and VJP's time,
+    each op's own time (of the runs that recomputed it), its gap, the tape's work per op
+    recomputed; and as the time outside them, what the median run spent beyond the sum
+    of those medians, recomputing aside (a run whose ops the machine's load delays here
+    and there takes longer than its ops' medians add up to: each run is delayed somewhere)."""
+    median = statistics.median
     timed = copy.copy(run)
-    timed.cost = [statistics.median(o[0][k] for o in observed) for k in range(len(run.cost))]
-    timed.vjp = {k: statistics.median(o[1][k] for o in observed) for k in run.vjp}
-    timed.overhead = statistics.median(o[2] for o in observed)
-    timed.outside = statistics.median(o[3] for o in observed)
+    timed.cost = [median(o[0][k] for o in observed) for k in range(len(run.cost))]
+    timed.vjp = {k: median(o[1][k] for o in observed) for k in run.vjp}
+    timed.overhead = median(o[2] for o in observed)
+    ops = {k for o in observed for k in o[4]}
+    timed.raw = {k: median(o[4][k] for o in observed if k in o[4]) for k in sorted(ops)}
+    timed.gap = median(o[5] for o in observed)
+    parts = median(sum(o[0]) + sum(o[1].values()) + o[3] for o in observed)
+    timed.outside = max(0.0, parts - sum(timed.cost) - sum(timed.vjp.values()))
+    timed.total = median(o[6] for o in observed)
     return timed
 
 
@@ -216,10 +238,11 @@ def _plan(run: Run, memory: int, options: Any) -> Entry:
 
 
 def _solve(graph: GraphCosts, room: int, options: Any) -> GraphPlan:
-    """:func:`plan_graph` on ``graph`` with its costs in microseconds, pruned (:func:`pruned`),
-    priced in seconds."""
+    """:func:`plan_graph` on ``graph`` with its costs in microseconds, within :data:`GAP` of
+    the optimum, pruned (:func:`pruned`), priced in seconds."""
     scaled = replace(graph, compute=tuple(c * SCALE for c in graph.compute))
-    plan = pruned(plan_graph(scaled, room, options.time_limit, relaxed=options.relaxed), graph)
+    solved = plan_graph(scaled, room, options.time_limit, GAP, relaxed=options.relaxed)
+    plan = pruned(solved, graph)
     priced = simulate_graph(plan, graph)
     return replace(plan, predicted_cost=priced.cost, predicted_peak_bytes=priced.peak_bytes)
 

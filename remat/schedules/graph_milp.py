@@ -2,7 +2,8 @@
 
 :class:`Model` builds the variables and rows over an :class:`~.graph_greedy.OpGraph`
 (op indices ``0 .. T-1``), optionally restricted to *windows*: stage ``t`` may
-compute only the ops in ``candidates[t]`` (by default every op ``0 .. t``).
+compute only the ops in ``candidates[t]`` (by default every op ``0 .. t``), and
+to plans of cost at most ``bound`` (a plan known: the greedy one).
 The restricted model is exact for the plans that respect the windows, and
 much smaller: its memory rows cover the candidates only.
 """
@@ -44,7 +45,11 @@ class Model:
     """The variables and rows of the MILP for one graph and budget (op indices ``0 .. T-1``)."""
 
     def __init__(
-        self, graph: OpGraph, memory: float, candidates: list[list[int]] | None = None
+        self,
+        graph: OpGraph,
+        memory: float,
+        candidates: list[list[int]] | None = None,
+        bound: float | None = None,
     ) -> None:
         self.graph = graph
         self.ops, self.T, self.parents = graph.ops, graph.T, graph.parents
@@ -56,7 +61,7 @@ class Model:
         self.rows: list[tuple[dict[int, float], float, float]] = []
         T = self.T
         # stage t may compute the ops in candidates[t] (all of 0..t by default), ending with t
-        self.windowed = candidates is not None
+        self.windowed, self.bound = candidates is not None, bound
         self.cand = [list(range(t + 1)) for t in range(T)] if candidates is None else candidates
         self.R: list[dict[int, int]] = [
             {j: self._var(graph.compute[j], 1.0 if j == t else 0.0, 1.0, True) for j in c}
@@ -87,6 +92,9 @@ class Model:
                     if own is not None:
                         self._row({own: 1, **readers, **kept}, None, 0)
             self._memory(t, memory)
+        if bound is not None:  # the cost of a plan known (the greedy one): none dearer
+            costs = {v: c for v, c in enumerate(self.cost) if c}
+            self._row(costs, None, bound * (1 + 1e-9) + 1e-9)
 
     def _var(self, cost: float, lo: float, hi: float, integer: bool) -> int:
         self.cost.append(cost)

@@ -441,6 +441,51 @@ def test_a_prediction_the_timed_runs_confirm_is_not_made_again():
     plans.clear_plans()
 
 
+def test_a_recomputation_is_priced_at_the_op_s_own_time_not_its_forward_s():
+    # guards: a recomputation priced at the op's forward time, which carries the code
+    # before it and the recording (none of which a recomputation runs): predictions high
+    ws, loss = chain()
+    budget = store_all_bytes(ws, loss) // 2
+    plans.clear_plans()
+    tape = rm.Tape(memory=budget, remat=QUICK)
+    train(tape, ws, loss)
+    train(tape, ws, loss)
+    cache = tape.dtr_cache
+    run, s = cache.run, tape.stats
+    assert s.planned and s.recomputed_ops > 0
+    # the ops recomputed have their own time noted, as DTR timed it
+    again = {k for k, v in enumerate(run.values) if v.index in s.recomputed_by_op}
+    assert set(run.raw) == again and again
+    assert all(run.raw[k] == run.values[k].cost for k in again)
+    # and their nodes cost that, with the tape's work per op recomputed; the others
+    # their forward time less the median gap between the two
+    graph = plans.joint(run)
+    assert run.gap == max(0.0, float(np.median([run.cost[k] - run.raw[k] for k in again])))
+    for c, k in enumerate(graph.ops):  # (every value of the chain is saved: no recipes)
+        own = run.raw[k] if k in again else max(0.0, run.cost[k] - run.gap)
+        assert graph.graph.compute[c] == own + run.overhead
+    plans.clear_plans()
+
+
+def test_the_last_vjp_is_timed_apart_only_while_the_plan_s_costs_are_used(monkeypatch):
+    # guards: the sweep's last VJP run twice in every run, to time it for costs no one reads
+    from remat.graph import planned
+
+    ws, loss = chain()
+    budget = store_all_bytes(ws, loss) // 2
+    plans.clear_plans()
+    timings = []
+    timing = planned._vjp_seconds
+    monkeypatch.setattr(planned, "_vjp_seconds", lambda *a: timings.append(1) or timing(*a))
+    tape = rm.Tape(memory=budget, remat=QUICK)
+    for _ in range(1 + plans.TIMED_RUNS):  # recorded, then timed till the plan is settled
+        train(tape, ws, loss)
+    assert tape.dtr_cache.next.settled and len(timings) == 1 + plans.TIMED_RUNS
+    train(tape, ws, loss)
+    assert tape.stats.planned and len(timings) == 1 + plans.TIMED_RUNS
+    plans.clear_plans()
+
+
 def test_a_run_traced_by_tracemalloc_is_not_timed_for_costs(monkeypatch):
     monkeypatch.setattr(plans, "REPLAN_TOLERANCE", -1.0)
     ws, loss = chain()
