@@ -211,7 +211,10 @@ def _first_run(method: _Method, counted_base: int) -> None:
             method.run()  # records and plans: not traced, not timed
             for _ in range((1 + MAX_REPLANS) * TIMED_RUNS):  # runs under the plan time its
                 if method.tape.dtr_cache.next.settled:  # costs, and may plan again from
-                    break  # them (remat.graph.plans.refine): untimed, until it is settled
+                    break  # them (remat.graph.plans.refine): untimed, until it is settled;
+                gc.collect()  # each after another method's run and a collection, as in
+                _run(method.workload, "store_all", Tape())  # the timed rounds, so that
+                gc.collect()  # the costs it plans with are timed as its runs will be
                 method.run()
         gc.collect()
         tracemalloc.start()
