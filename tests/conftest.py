@@ -152,13 +152,15 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"tests/conftest.py: SLOW entries that match no test: {stale}")
 
 
-def pytest_collection_finish(session):
-    """Put what the run has made so far (pytest, hypothesis, numpy, the collected test
-    modules: some 180,000 objects) out of the cyclic collector's reach with
-    ``gc.freeze()``.  Otherwise each ``gc.collect()`` walks them all, a tenth of a second
-    each, and the tests call it some 400 times (the tracemalloc measurements, remat's
-    comparisons and the benchmarks collect before they measure): half the quick loop's
-    time.  What the tests themselves make is collected as before."""
+@pytest.fixture(autouse=True, scope="module")
+def frozen_heap():
+    """Before each test file, collect, then put every object still alive (pytest,
+    hypothesis, numpy, matplotlib, the test modules: 180,000 objects and more) out of
+    the cyclic collector's reach with ``gc.freeze()``.  Otherwise each ``gc.collect()``
+    walks them all, a tenth of a second each, and a run calls it a thousand times (the
+    tracemalloc measurements, remat's comparisons and the benchmarks collect before they
+    measure): once half the quick loop's time.  What the file's tests make is collected
+    as before; an object frozen here that became garbage in a cycle would stay."""
     gc.collect()
     gc.freeze()
 
