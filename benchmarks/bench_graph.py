@@ -189,7 +189,7 @@ def bench(name, quick, repeats):
     builder, sizes, tiny = WORKLOADS[name]
     workload = builder(**(tiny if quick else sizes))
     size = workload.measure()
-    rows = compare_graph(workload, BUDGETS, repeats, time_limit=2.0 if quick else 30.0)
+    rows = compare_graph(workload, BUDGETS, repeats, time_limit=0.5 if quick else 30.0)
     failures = failures_of(rows)
     head = (
         f"### {name}: {workload.description}\n\n{size.ops} ops; store-all saves "
