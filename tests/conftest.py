@@ -21,8 +21,11 @@ name, tracemalloc measurement), ``ops/cases.py`` (the op table's cases) and
 ``schedules/oracles.py`` (exhaustive searches).  A test that guards a bug says
 which in a one-line comment above it.
 
-``python -m pytest -m "not slow"`` is the quick loop (about two minutes on two idle
-cores); ``python -m pytest`` runs everything, as CI does.  The slow tests are the
+``python -m pytest -m "not slow" -n auto`` is the quick loop (under a minute on two
+cores, about a minute on one: leave out ``-n auto``); ``python -m pytest -n auto`` runs
+everything, as CI does (about three minutes on two cores).  ``-n auto`` (pytest-xdist)
+runs the tests in a process per core, each test in one process, so what a test
+measures (tracemalloc, threads, gc) is its own.  The slow tests are the
 notebooks (marked where they are) and those listed in :data:`SLOW`: each is the
 slowest of several tests of its feature, so the quick loop still tests every feature.
 """
