@@ -23,7 +23,7 @@ which in a one-line comment above it.
 
 ``python -m pytest -m "not slow" -n auto`` is the quick loop (under a minute on two
 cores, about a minute on one: leave out ``-n auto``); ``python -m pytest -n auto`` runs
-everything, as CI does (about three minutes on two cores).  ``-n auto`` (pytest-xdist)
+everything, as CI does (under three minutes on two cores).  ``-n auto`` (pytest-xdist)
 runs the tests in a process per core, each test in one process, so what a test
 measures (tracemalloc, threads, gc) is its own.  The slow tests are the
 notebooks (marked where they are) and those listed in :data:`SLOW`: each is the
