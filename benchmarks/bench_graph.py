@@ -254,7 +254,7 @@ def bench(name, size, quick, repeats):
     workload = builder(**(tiny if quick else sizes[size]))
     measured = workload.measure()
     methods = METHODS if size == "small" else QUICK_LARGE if quick else LARGE_METHODS
-    rows = compare_graph(workload, BUDGETS, repeats, methods, time_limit=1.0 if quick else 30.0)
+    rows = compare_graph(workload, BUDGETS, repeats, methods, time_limit=0.5 if quick else 30.0)
     failures = failures_of(rows)
     per_op = rows[0].seconds / measured.ops * 1e6
     head = (
