@@ -8,6 +8,23 @@ random sample of them with its heuristic (:mod:`remat.graph.heuristics`) and
 evicts the lowest, as the DTR paper does; the sample's next lowest are the
 next evictions' choices while still fit, so that a sample is scored once per
 few evictions.
+
+Evictions that free nothing go last.  Bytes are counted by buffer, and a view
+is sized as its whole base (:mod:`remat.graph.dtr`), so evicting a view frees
+its buffer only if no other saved value lives in it.  A slice of a saved
+value, or two slices of one buffer both saved, free nothing when one of them
+is evicted alone; so does a view of a parameter (the user's buffer, not
+counted).  Yet such a view looks like the best choice to a heuristic: its
+``size`` is the whole buffer's, its ``cost`` the view op's, next to nothing.
+``h_dtr`` evicted them first, and in the reverse sweep remade and evicted the
+same view again and again (on a transformer a quarter of its evictions freed
+no byte).  So, whatever the heuristic, a value whose eviction frees no bytes
+now (other holders than its own slots are counted on its buffer) is ranked
+after every value whose eviction frees some: it is still evicted when nothing
+else can be (the tape then needs it gone to reach the buffer's last holder,
+as before), never while a value that frees bytes is at hand (in the sample; a
+program of at most :data:`SAMPLE` resident values is scanned whole).  The
+heuristics' scores are unchanged: only this order on top of them.
 """
 
 from __future__ import annotations
@@ -15,6 +32,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..backend import memory_owner
 from .heuristics import Heuristic
 from .value import Value
 
@@ -29,9 +47,10 @@ REUSE = 3
 
 class Choice:
     """The eviction choice of a :class:`~remat.graph.dtr.Cache`, whose resident
-    values, heuristic, clock and random stream it reads."""
+    values, holder counts, heuristic, clock and random stream it reads."""
 
     resident: dict[int, Value]
+    owners: dict[int, list]  # id(buffer) -> [buffer, holders]: the count's
     heuristic: Any
     clock: int
     rng: Any
@@ -45,16 +64,18 @@ class Choice:
 
     def _choose(self) -> Value | None:
         """The value to evict: of a sample of the resident ones (all when few), the
-        freeable one scored lowest; if none drawn is freeable, of all of them.
+        freeable one first in :meth:`_ranked`'s order; if none drawn is freeable, of
+        all of them.
 
         The sample is drawn from a list of the resident values taken now and then
         (again once an eighth of them may have changed), not every time: copying
         them all per eviction made a long program's evictions quadratic.  A value
         drawn that is no longer resident is skipped; one made resident since is
-        not drawn until the list is taken again (the full scan sees it).  The next
-        :data:`REUSE` lowest of a sample are the next evictions' choices, while the
-        clock has moved as many ticks at most and they are still freeable: a
-        sample is then scored once per few evictions, not per eviction."""
+        not drawn until the list is taken again (the full scan sees it), or at
+        once when the sample has no value that frees bytes (those made since may).
+        The next :data:`REUSE` of a sample are the next evictions' choices, while
+        the clock has moved as many ticks at most and they are still freeable and
+        free bytes: a sample is then scored once per few evictions, not per one."""
         self._drop_released()
         resident = self.resident
         n = len(resident)
@@ -63,20 +84,30 @@ class Choice:
             if queue and self.clock - self.queued_at <= REUSE:
                 while queue:
                     v = queue.pop()
-                    if resident.get(id(v)) is v and self._freeable(v) is not None:
-                        return v
-            drawn, self.draws = self.drawn, self.draws - 1
-            if self.draws < 0 or not drawn:
-                drawn = self.drawn = list(resident.values())
-                self.draws = max(SAMPLE, n // 8)
-            draw, k = self.rng.random, len(drawn)
-            sample = [drawn[int(draw() * k)] for _ in range(SAMPLE)]
-            ranked = self._ranked([v for v in sample if resident.get(id(v)) is v])
+                    if resident.get(id(v)) is v and (a := self._freeable(v)) is not None:
+                        if self._frees(v, a):
+                            return v
+            taken = self.drawn
+            ranked = self._sample(False)
+            if ranked and self.drawn is taken and not self._frees(ranked[0], ranked[0].ref()):
+                ranked = self._sample(True) or ranked  # drawn from a list taken now
             if ranked:
                 self.queue, self.queued_at = ranked[REUSE:0:-1], self.clock
                 return ranked[0]
         ranked = self._ranked(list(resident.values())) if n else []
         return ranked[0] if ranked else None
+
+    def _sample(self, again: bool) -> list:
+        """:meth:`_ranked` of :data:`SAMPLE` values drawn from the list of resident
+        values, which is taken anew if ``again``, or when due."""
+        resident = self.resident
+        drawn, self.draws = self.drawn, self.draws - 1
+        if again or self.draws < 0 or not drawn:
+            drawn = self.drawn = list(resident.values())
+            self.draws = max(SAMPLE, len(resident) // 8)
+        draw, k = self.rng.random, len(drawn)
+        sample = [drawn[int(draw() * k)] for _ in range(SAMPLE)]
+        return self._ranked([v for v in sample if resident.get(id(v)) is v])
 
     def _freeable(self, v: Value) -> Any:
         """v's array if dropping its slots frees it (nothing else holds it), else None."""
@@ -87,21 +118,38 @@ class Choice:
         expected = len(v.slots) + (a.base is None) + 2
         return a if sys.getrefcount(a) == expected else None
 
+    def _frees(self, v: Value, a: Any) -> bool:
+        """Whether evicting ``v`` (its array ``a``) frees bytes: its buffer is counted
+        and held by ``v``'s slots only (each slot holds it once), not by another
+        saved value's, a constant, or a recomputation reading it."""
+        entry = self.owners.get(id(a if a.base is None else memory_owner(a)))
+        return entry is not None and entry[1] <= len(v.slots)
+
     def _ranked(self, pool: list) -> list:
-        """The freeable values of ``pool``, lowest score first (equals in pool order)."""
+        """The first :data:`REUSE` + 1 freeable values of ``pool`` to evict (fewer if
+        there are fewer): lowest score first (equals in pool order), except that those
+        whose eviction frees no bytes come after all that free some (see the module)."""
         refs = sys.getrefcount
         # a freeable array's references: its slots, the count's entry if it owns its
         # buffer, `a` and the call's: nothing else holds it
         free = [
-            v
+            (v, a)
             for v in pool
             if (a := v.ref()) is not None and refs(a) == len(v.slots) + (a.base is None) + 2
         ]
-        if len(free) < 2:
-            return free
-        h = self.heuristic
-        scores = h.scores(free, self.clock) if isinstance(h, Heuristic) else None
-        if scores is None:  # a callable score of the user's
-            score = getattr(h, "score", h)
-            scores = [score(v, self.clock) for v in free]
-        return [free[i] for i in sorted(range(len(free)), key=scores.__getitem__)]
+        if len(free) > 1:
+            h, values = self.heuristic, [v for v, _ in free]
+            scores = h.scores(values, self.clock) if isinstance(h, Heuristic) else None
+            if scores is None:  # a callable score of the user's
+                score = getattr(h, "score", h)
+                scores = [score(v, self.clock) for v in values]
+            free = [free[i] for i in sorted(range(len(free)), key=scores.__getitem__)]
+        first, last, frees = [], [], self._frees
+        for v, a in free:  # lowest first: usually the first few free bytes
+            if frees(v, a):
+                first.append(v)
+                if len(first) > REUSE:
+                    return first
+            elif len(last) <= REUSE:
+                last.append(v)
+        return (first + last)[: REUSE + 1]
