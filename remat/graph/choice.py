@@ -17,13 +17,15 @@ is evicted alone; so does a view of a parameter (the user's buffer, not
 counted).  Yet such a view looks like the best choice to a heuristic: its
 ``size`` is the whole buffer's, its ``cost`` the view op's, next to nothing.
 ``h_dtr`` evicted them first, and in the reverse sweep remade and evicted the
-same view again and again (on a transformer a quarter of its evictions freed
-no byte).  So, whatever the heuristic, a value whose eviction frees no bytes
-now (other holders than its own slots are counted on its buffer) is ranked
-after every value whose eviction frees some: it is still evicted when nothing
-else can be (the tape then needs it gone to reach the buffer's last holder,
-as before), never while a value that frees bytes is at hand (in the sample; a
-program of at most :data:`SAMPLE` resident values is scanned whole).  The
+same view again and again (on the transformer workload, one eviction in four
+or five freed no byte).  So, whatever the heuristic, a value whose eviction
+frees no bytes now (its buffer has other holders than its own slots, or is not
+counted) is ranked after every value whose eviction frees some.  It is still
+evicted when nothing else can be: the tape may need it gone to reach the
+buffer's last holder (the base a slice keeps alive), as before, so no budget
+that worked fails now.  It is never evicted while a value that frees bytes is
+at hand: in the sample (drawn again from a fresh list once, if none of it
+frees bytes), or in all of them when they are at most :data:`SAMPLE`.  The
 heuristics' scores are unchanged: only this order on top of them.
 """
 
@@ -131,7 +133,8 @@ class Choice:
         whose eviction frees no bytes come after all that free some (see the module)."""
         refs = sys.getrefcount
         # a freeable array's references: its slots, the count's entry if it owns its
-        # buffer, `a` and the call's: nothing else holds it
+        # buffer, `a` and the call's: nothing else holds it (a value drawn twice passes
+        # once: the pair kept for its first draw holds its array)
         free = [
             (v, a)
             for v in pool
@@ -144,7 +147,9 @@ class Choice:
                 score = getattr(h, "score", h)
                 scores = [score(v, self.clock) for v in values]
             free = [free[i] for i in sorted(range(len(free)), key=scores.__getitem__)]
-        first, last, frees = [], [], self._frees
+        first: list[Value] = []
+        last: list[Value] = []
+        frees = self._frees
         for v, a in free:  # lowest first: usually the first few free bytes
             if frees(v, a):
                 first.append(v)
