@@ -133,25 +133,24 @@ class Choice:
         whose eviction frees no bytes come after all that free some (see the module)."""
         refs = sys.getrefcount
         # a freeable array's references: its slots, the count's entry if it owns its
-        # buffer, `a` and the call's: nothing else holds it (a value drawn twice passes
-        # once: the pair kept for its first draw holds its array)
+        # buffer, `a` and the call's: nothing else holds it
         free = [
-            (v, a)
+            v
             for v in pool
             if (a := v.ref()) is not None and refs(a) == len(v.slots) + (a.base is None) + 2
         ]
         if len(free) > 1:
-            h, values = self.heuristic, [v for v, _ in free]
-            scores = h.scores(values, self.clock) if isinstance(h, Heuristic) else None
+            h = self.heuristic
+            scores = h.scores(free, self.clock) if isinstance(h, Heuristic) else None
             if scores is None:  # a callable score of the user's
                 score = getattr(h, "score", h)
-                scores = [score(v, self.clock) for v in values]
+                scores = [score(v, self.clock) for v in free]
             free = [free[i] for i in sorted(range(len(free)), key=scores.__getitem__)]
         first: list[Value] = []
         last: list[Value] = []
         frees = self._frees
-        for v, a in free:  # lowest first: usually the first few free bytes
-            if frees(v, a):
+        for v in free:  # lowest first: usually the first few free bytes
+            if frees(v, v.ref()):
                 first.append(v)
                 if len(first) > REUSE:
                     return first
