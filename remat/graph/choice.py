@@ -90,16 +90,16 @@ class Choice:
                         if self._frees(v, a):
                             return v
             taken = self.drawn
-            ranked = self._sample(False)
-            if ranked and self.drawn is taken and not self._frees(ranked[0], ranked[0].ref()):
-                ranked = self._sample(True) or ranked  # drawn from a list taken now
+            ranked, frees = self._sample(False)
+            if ranked and not frees and self.drawn is taken:  # drawn again, from a new list
+                ranked = self._sample(True)[0] or ranked
             if ranked:
                 self.queue, self.queued_at = ranked[REUSE:0:-1], self.clock
                 return ranked[0]
-        ranked = self._ranked(list(resident.values())) if n else []
+        ranked = self._ranked(list(resident.values()))[0] if n else []
         return ranked[0] if ranked else None
 
-    def _sample(self, again: bool) -> list:
+    def _sample(self, again: bool) -> tuple[list, bool]:
         """:meth:`_ranked` of :data:`SAMPLE` values drawn from the list of resident
         values, which is taken anew if ``again``, or when due."""
         resident = self.resident
@@ -127,10 +127,11 @@ class Choice:
         entry = self.owners.get(id(a if a.base is None else memory_owner(a)))
         return entry is not None and entry[1] <= len(v.slots)
 
-    def _ranked(self, pool: list) -> list:
-        """The first :data:`REUSE` + 1 freeable values of ``pool`` to evict (fewer if
-        there are fewer): lowest score first (equals in pool order), except that those
-        whose eviction frees no bytes come after all that free some (see the module)."""
+    def _ranked(self, pool: list) -> tuple[list, bool]:
+        """The freeable values of ``pool`` in the order to evict them, and whether the
+        first frees bytes: the lowest scored of those whose eviction frees bytes first
+        (see the module), then the others, lowest score first (equals in pool order).
+        Whether the others free bytes is not asked here: the queue asks at its turn."""
         refs = sys.getrefcount
         # a freeable array's references: its slots, the count's entry if it owns its
         # buffer, `a` and the call's: nothing else holds it
@@ -146,14 +147,10 @@ class Choice:
                 score = getattr(h, "score", h)
                 scores = [score(v, self.clock) for v in free]
             free = [free[i] for i in sorted(range(len(free)), key=scores.__getitem__)]
-        first: list[Value] = []
-        last: list[Value] = []
         frees = self._frees
-        for v in free:  # lowest first: usually the first few free bytes
+        for j, v in enumerate(free):  # lowest first: usually the first frees bytes
             if frees(v, v.ref()):
-                first.append(v)
-                if len(first) > REUSE:
-                    return first
-            elif len(last) <= REUSE:
-                last.append(v)
-        return (first + last)[: REUSE + 1]
+                if j:
+                    free.insert(0, free.pop(j))
+                return free, True
+        return free, False
