@@ -22,11 +22,12 @@ or five freed no byte).  So, whatever the heuristic, a value whose eviction
 frees no bytes now (its buffer has other holders than its own slots, or is not
 counted) is ranked after every value whose eviction frees some.  It is still
 evicted when nothing else can be: the tape may need it gone to reach the
-buffer's last holder (the base a slice keeps alive), as before, so no budget
-that worked fails now.  It is never evicted while a value that frees bytes is
-at hand: in the sample (drawn again from a fresh list once, if none of it
-frees bytes), or in all of them when they are at most :data:`SAMPLE`.  The
-heuristics' scores are unchanged: only this order on top of them.
+buffer's last holder (the base a slice keeps alive), as before; the order never
+leaves the tape without a choice where it had one.  It is never evicted while
+a value that frees bytes is at hand: in the sample (drawn again from a fresh
+list once, if none of it frees bytes), or in all of them when they are at most
+:data:`SAMPLE`.  The heuristics' scores are unchanged: only this order on top
+of them.
 """
 
 from __future__ import annotations
