@@ -132,6 +132,7 @@ class Cache(Choice):
     """The values one DTR tape saves, what they cost, and the byte count against ``limit``."""
 
     form = "remat='dtr'"  # how its errors name the tape's option
+    stale = False  # records let go hold placeholders (only a PlannedCache lets go of any)
 
     def __init__(self, limit: int, dtr: DTR, check_replay: bool | str = True) -> None:
         self.limit = limit
@@ -462,6 +463,8 @@ def _before_vjp(record):
         if pending is None:
             if key in cache.values:
                 cache.before_vjp(record)
+            elif cache.stale:  # (remat='optimal' let go of records holding placeholders)
+                cache.refuse_stale(record)
         elif record is pending.last or pending.find(key) is not None:  # lazy: count again
             pending.update_peak(cache)  # at the next op; till then, no calls (the peak first)
             pending.swept = True

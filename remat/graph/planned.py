@@ -85,7 +85,7 @@ import warnings
 from typing import Any
 
 from .. import backend
-from ..tape import Record
+from ..tape import BackwardError, Record
 from . import dtr
 from .dtr import Cache
 from .options import DTR, Planned, PlanStats
@@ -112,11 +112,32 @@ def entered(tape: Any) -> None:
     dtr.entered()
 
 
+def _refuse_stale(cache: Cache, record: Record) -> None:
+    """Refuse to reverse ``record`` if it is one ``cache`` let go of (:meth:`PlannedCache._let_go`)
+    holding a value the plan had evicted (user code kept a value the run's backward did
+    not reach, and a later backward reaches it): that value cannot be brought back."""
+    if any(v.cache is cache for v in _placeholders(record)):
+        raise BackwardError(
+            f"backward through `{record.op.name}` (output shape {record.shape}), "
+            f"recorded by an earlier run of rm.Tape(memory={cache.limit}, {cache.form}) "
+            "whose backward did not reach it: when the next run began, the tape let go "
+            "of what it saved, some of it evicted and not to be remade. Detach a value "
+            "kept from one run for another (Tensor.detach()), or let a run's backward "
+            "reach what it records"
+        )
+
+
+def _placeholders(record: Record) -> list[Value]:
+    """The Values (evicted values' placeholders) in ``record``'s slots."""
+    return [a for a in (*record.args, record.ans) if type(a) is Value]
+
+
 class PlannedCache(Cache):
     """A DTR cache that follows the plan of the recorded graph (see the module)."""
 
     stats: PlanStats
     form = "remat='optimal'"
+    refuse_stale = _refuse_stale  # (dtr's before_vjp hook: a record let go, reached)
 
     def __init__(self, limit: int, planned: Planned, check_replay: bool | str = True) -> None:
         super().__init__(limit, planned.dtr, check_replay)
@@ -179,6 +200,8 @@ class PlannedCache(Cache):
             if k in reversed_ or v.record.freed or v.pinned:
                 continue
             if id(v.record) in self.values:
+                if _placeholders(v.record):  # (a sweep reaching it later is refused)
+                    self.stale = True
                 self._release_record(v)
                 gone.add(id(v.record))
         return gone
