@@ -132,7 +132,8 @@ class Cache(Choice):
     """The values one DTR tape saves, what they cost, and the byte count against ``limit``."""
 
     form = "remat='dtr'"  # how its errors name the tape's option
-    stale = False  # records let go hold placeholders (only a PlannedCache lets go of any)
+    # what the slots of the records a PlannedCache let go of hold for evicted values
+    stale: object = None
 
     def __init__(self, limit: int, dtr: DTR, check_replay: bool | str = True) -> None:
         self.limit = limit

@@ -112,11 +112,24 @@ def entered(tape: Any) -> None:
     dtr.entered()
 
 
+def _let_go_slots(record: Record, cache: Cache) -> None:
+    """Put ``cache.stale`` (made at the first) in the slots of ``record``, let go of,
+    that hold an evicted value's placeholder (a :class:`Value`): not to be brought back."""
+    args, ans = record.args, record.ans
+    if type(ans) is not Value and not any(type(a) is Value for a in args):
+        return
+    mark = cache.stale = cache.stale or object()
+    if type(ans) is Value:
+        record.ans = mark
+    record.args = tuple(mark if type(a) is Value else a for a in args)
+
+
 def _refuse_stale(cache: Cache, record: Record) -> None:
-    """Refuse to reverse ``record`` if it is one ``cache`` let go of (:meth:`PlannedCache._let_go`)
-    holding a value the plan had evicted (user code kept a value the run's backward did
-    not reach, and a later backward reaches it): that value cannot be brought back."""
-    if any(v.cache is cache for v in _placeholders(record)):
+    """Refuse to reverse ``record`` if :meth:`PlannedCache._let_go` let go of it holding
+    values the plan had evicted (user code kept a value the run's backward did not
+    reach, and a later backward reaches it): those cannot be brought back."""
+    mark = cache.stale
+    if record.ans is mark or any(a is mark for a in record.args):
         raise BackwardError(
             f"backward through `{record.op.name}` (output shape {record.shape}), "
             f"recorded by an earlier run of rm.Tape(memory={cache.limit}, {cache.form}) "
@@ -125,11 +138,6 @@ def _refuse_stale(cache: Cache, record: Record) -> None:
             "kept from one run for another (Tensor.detach()), or let a run's backward "
             "reach what it records"
         )
-
-
-def _placeholders(record: Record) -> list[Value]:
-    """The Values (evicted values' placeholders) in ``record``'s slots."""
-    return [a for a in (*record.args, record.ans) if type(a) is Value]
 
 
 class PlannedCache(Cache):
@@ -200,9 +208,8 @@ class PlannedCache(Cache):
             if k in reversed_ or v.record.freed or v.pinned:
                 continue
             if id(v.record) in self.values:
-                if _placeholders(v.record):  # (a sweep reaching it later is refused)
-                    self.stale = True
                 self._release_record(v)
+                _let_go_slots(v.record, self)  # (a sweep reaching it is refused)
                 gone.add(id(v.record))
         return gone
 
