@@ -47,7 +47,9 @@ reason in ``stats.fallback``.  Where a value the plan evicts is still held by us
 code (a Tensor it keeps, an op reading it), it is evicted once let go; the budget
 is DTR's to keep meanwhile: :meth:`Cache.make_room` evicts by DTR's heuristic.
 ``stats.departures`` counts those evictions and the plan's evictions not made by
-the time the backward starts (``stats.departed`` names the first).
+the time the backward starts (``stats.departed`` names the first).  The records of
+a run its sweep did not reach are let go when the next run begins; a later sweep
+reaching one (user code kept a value) is refused where the plan evicted what it saves.
 
 Bytes.  The budget is DTR's: ``tape.stats.peak_bytes`` counts the values the
 records save, each buffer once, the constants the ops read and the values held
