@@ -334,3 +334,31 @@ def test_rebound_keyword_and_interrupted_programs_count_and_choose_as_an_eager_t
         assert_alike(lazy, eager_)
         np.testing.assert_array_equal(lazy[0][0], expected[0])
         assert lazy[1][0][3] <= m and lazy[1][0][1] > 0  # (tables built late: it evicted)
+
+
+# Bug guarded: a lazy tape noted an output only by its id, so the tables it built gave a
+# value no record saves, but whose array user code holds, no array: a recomputation in
+# backward remade it instead of reading it (4 evictions and recomputations where an
+# eager tape makes 3; found by the random test above).
+def test_a_value_held_by_user_code_and_saved_by_no_record_is_read_not_remade():
+    program = [(False, 0, 0, 0)] * 7 + [
+        (False, 8, 0, 0),
+        (True, 23, 9, 0),
+        (False, 0, 0, 0),
+        (False, 4, 0, 33),
+        (True, 62, 49, 0),
+    ]
+
+    def run(tape):
+        rng = np.random.default_rng(0)
+        xs = [rm.tensor(rng.standard_normal((4, 4)) * 0.5, requires_grad=True) for _ in "xy"]
+        with tape:
+            v = run_program(program, xs, release=True)[-1]
+            loss = (v * v).sum() + v.sum()
+            v = None
+        loss.backward()
+        return [x.grad for x in xs]
+
+    lazy, eager_ = twice(run, lambda: rm.Tape(memory=384, remat=DTR("lru")))
+    assert_alike(lazy, eager_)
+    assert lazy[1][0][1] == 3  # evictions
