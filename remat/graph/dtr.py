@@ -74,7 +74,6 @@ from .. import tape as _tape
 from ..alive import keyword_arrays
 from ..core import tape as core_tape
 from ..executor import ReplayError
-from ..guard import REBOUND
 from ..tape import OPEN_TAPE, BackwardError, Leaf, Record
 from .choice import Choice
 from .heuristics import Heuristic
@@ -132,6 +131,8 @@ class Cache(Choice):
     """The values one DTR tape saves, what they cost, and the byte count against ``limit``."""
 
     form = "remat='dtr'"  # how its errors name the tape's option
+    # what the slots of the records a PlannedCache let go of hold for evicted values
+    stale: object = None
 
     def __init__(self, limit: int, dtr: DTR, check_replay: bool | str = True) -> None:
         self.limit = limit
@@ -152,7 +153,6 @@ class Cache(Choice):
         self.queue: list[Value] = []  # the next lowest of the last sample, last first
         self.queued_at = 0  # the clock's tick when it was scored
         self.pending: Pending | None = Pending()  # None once the tables are built
-        self.pending_since = self.pending.since
         self.watched = False  # whether before_vjp calls reach it (see _watch)
 
     @property
@@ -229,7 +229,7 @@ class Cache(Choice):
         inputs, consts = [], []
         for node, d in zip(record.parents, datas):
             src = self.values.get(id(node)) if node is not None else None
-            if src is not None and not src.pinned and self._made(src, node, d):
+            if src is not None and not src.pinned and src.ref() is d:  # (as made)
                 inputs.append(src)
                 continue
             inputs.append(d)  # a leaf's array, a constant, or a value from outside
@@ -260,20 +260,6 @@ class Cache(Choice):
     def watch(self) -> None:
         """Have the reverse sweeps' ``before_vjp`` calls reach this cache."""
         _watch(self)
-
-    def _made(self, src: Value, node: Record, d: Any) -> bool:
-        """Whether ``d``, read through ``node``, is ``src``'s array.  A value a lazy tape
-        noted by its array's id only, and no record saves, is known by that id: its
-        array is alive (``d``) unless user code gave the tensor a new value (rebound)."""
-        a = src.ref()
-        if a is not None:
-            return a is d
-        if src.evicted or src.oid != id(d):
-            return False
-        if REBOUND[0] >= self.pending_since and getattr(node, "rebound", -1) >= 0:
-            return False
-        src.seen(d)
-        return True
 
     # --- eviction -----------------------------------------------------------------
     def make_room(self, arrays: list, record: Record) -> None:
@@ -462,6 +448,8 @@ def _before_vjp(record):
         if pending is None:
             if key in cache.values:
                 cache.before_vjp(record)
+            elif cache.stale:  # (remat='optimal' let go of records holding placeholders)
+                cache.refuse_stale(record)
         elif record is pending.last or pending.find(key) is not None:  # lazy: count again
             pending.update_peak(cache)  # at the next op; till then, no calls (the peak first)
             pending.swept = True

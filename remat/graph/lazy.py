@@ -9,8 +9,9 @@ buffer) cost about 10 us an op.  So until what an op saves would pass ``m``,
 
 * what runs the op again: the record, its forward keywords, and per input the
   record of this tape that made it (checked to be the array read) or the array
-  itself (a constant, held as a recipe holds it, or a leaf's); of the output, its
-  id (the check above: an array alive has an id no other has) and its dtype;
+  itself (a constant, held as a recipe holds it, or a leaf's); of the output, a
+  weak reference (the check above; and an array no record saves, a recomputation
+  later reads while it is alive, as an eager tape's does) and its dtype;
 * when the op ended (one clock read: an op's cost is the time since the op before);
 * the fingerprints of the constants it read while something was handed out
   (:mod:`remat.guard`): they must be taken before user code can change them;
@@ -34,8 +35,7 @@ buffer) cost about 10 us an op.  So until what an op saves would pass ``m``,
 
 Deferred, to :func:`build`, run at the first op whose saved arrays would pass ``m``
 by the exact count (the one point where eviction may be needed; no margin is
-kept): the Values (each array found where a record saves it; a value no record
-saves is known by its id until an op reads it), the slots, the readers
+kept): the Values, the slots, the readers
 (``h_dtr_eq``), the resident table the heuristics score, the holder counts, the
 costs and clock ticks; then the tape runs eagerly (:class:`~remat.graph.dtr.Cache`)
 for good.  Nothing of the replay check is deferred: a value is fingerprinted when
@@ -124,7 +124,7 @@ class Pending:
                 consts = (*consts, *extra)
                 adding += sum(a.nbytes if a.base is None else _owner(a).nbytes for a in extra)
                 self.exact = False
-        note = (record, kwargs, inputs, id(out), out.dtype, now, checks, consts)
+        note = (record, kwargs, inputs, _weak(out), out.dtype, now, checks, consts)
         bound = self.bound + adding
         if bound > cache.limit:  # near the budget: count exactly
             if not self._fits(cache, note):
@@ -156,7 +156,7 @@ class Pending:
                 note = find(id(node))
                 if (
                     note is not None
-                    and note[3] == id(d)
+                    and note[3]() is d
                     and node.parents is not None
                     and not (careful and getattr(node, "rebound", -1) >= 0)
                 ):
@@ -302,21 +302,16 @@ def build(cache: Any, pending: Pending) -> None:
     cache.bytes = 0  # counted again below, by the eager rules
     tick = pending.pruned  # a tick per op, as eagerly
     before = cache.time
-    for record, kwargs, inputs, oid, dtype, now, checks, consts in pending.notes:
+    for record, kwargs, inputs, ref, dtype, now, checks, consts in pending.notes:
         ins = tuple(_source(made, u) if type(u) is Record else u for u in inputs)
-        ans = record.ans  # its array, if its record saves it (else a reader may, below)
         tick += 1
-        ref = _UNSEEN if ans is None else _weak(ans)
         v = Value(record, kwargs, ins, ref, dtype, now - before, tick)
-        before, v.oid, v.index = now, oid, tick - 1
+        before, v.index = now, tick - 1
         made[id(record)] = v
         if record.parents is None:  # released by a backward run while lazy
             v.pin()
             continue
         v.checks, v.consts = checks, consts
-        for u, a in zip(ins, record.args):  # the arrays of its inputs it saves
-            if a is not None and type(u) is Value and u.ref() is None:
-                u.seen(a)
         held = list(consts)
         v.link(cache, held)
         for a in held:
@@ -325,8 +320,8 @@ def build(cache: Any, pending: Pending) -> None:
 
 
 def _UNSEEN() -> None:
-    """The weak reference of a value whose array no record saves: not known (its
-    note kept only its id); :meth:`Value.seen` sets it if an op reads the array."""
+    """The weak reference of the value of a record whose note was pruned: its array
+    is not known (nothing can remake it)."""
 
 
 def _source(made: dict, record: Record) -> Any:

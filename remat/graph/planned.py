@@ -47,7 +47,9 @@ reason in ``stats.fallback``.  Where a value the plan evicts is still held by us
 code (a Tensor it keeps, an op reading it), it is evicted once let go; the budget
 is DTR's to keep meanwhile: :meth:`Cache.make_room` evicts by DTR's heuristic.
 ``stats.departures`` counts those evictions and the plan's evictions not made by
-the time the backward starts (``stats.departed`` names the first).
+the time the backward starts (``stats.departed`` names the first).  The records of
+a run its sweep did not reach are let go when the next run begins; a later sweep
+reaching one (user code kept a value) is refused where the plan evicted what it saves.
 
 Bytes.  The budget is DTR's: ``tape.stats.peak_bytes`` counts the values the
 records save, each buffer once, the constants the ops read and the values held
@@ -85,7 +87,7 @@ import warnings
 from typing import Any
 
 from .. import backend
-from ..tape import Record
+from ..tape import BackwardError, Record
 from . import dtr
 from .dtr import Cache
 from .options import DTR, Planned, PlanStats
@@ -112,11 +114,40 @@ def entered(tape: Any) -> None:
     dtr.entered()
 
 
+def _let_go_slots(record: Record, cache: Cache) -> None:
+    """Put ``cache.stale`` (made at the first) in the slots of ``record``, let go of,
+    that hold an evicted value's placeholder (a :class:`Value`): not to be brought back."""
+    args, ans = record.args, record.ans
+    if type(ans) is not Value and not any(type(a) is Value for a in args):
+        return
+    mark = cache.stale = cache.stale or object()
+    if type(ans) is Value:
+        record.ans = mark
+    record.args = tuple(mark if type(a) is Value else a for a in args)
+
+
+def _refuse_stale(cache: Cache, record: Record) -> None:
+    """Refuse to reverse ``record`` if :meth:`PlannedCache._let_go` let go of it holding
+    values the plan had evicted (user code kept a value the run's backward did not
+    reach, and a later backward reaches it): those cannot be brought back."""
+    mark = cache.stale
+    if record.ans is mark or any(a is mark for a in record.args):
+        raise BackwardError(
+            f"backward through `{record.op.name}` (output shape {record.shape}), "
+            f"recorded by an earlier run of rm.Tape(memory={cache.limit}, {cache.form}) "
+            "whose backward did not reach it: when the next run began, the tape let go "
+            "of what it saved, some of it evicted and not to be remade. Detach a value "
+            "kept from one run for another (Tensor.detach()), or let a run's backward "
+            "reach what it records"
+        )
+
+
 class PlannedCache(Cache):
     """A DTR cache that follows the plan of the recorded graph (see the module)."""
 
     stats: PlanStats
     form = "remat='optimal'"
+    refuse_stale = _refuse_stale  # (dtr's before_vjp hook: a record let go, reached)
 
     def __init__(self, limit: int, planned: Planned, check_replay: bool | str = True) -> None:
         super().__init__(limit, planned.dtr, check_replay)
@@ -180,6 +211,7 @@ class PlannedCache(Cache):
                 continue
             if id(v.record) in self.values:
                 self._release_record(v)
+                _let_go_slots(v.record, self)  # (a sweep reaching it is refused)
                 gone.add(id(v.record))
         return gone
 

@@ -22,7 +22,7 @@ class Value:
     __slots__ = (
         "cache", "record", "op", "kwargs", "inputs", "ref", "slots", "saves", "users",
         "cost", "size", "last", "evicted", "print", "shape", "dtype", "checks", "pinned", "consts",
-        "oid", "index", "__weakref__",
+        "index", "__weakref__",
     )  # fmt: skip
 
     def __init__(
@@ -55,13 +55,7 @@ class Value:
         self.checks = None  # guard fingerprints of the constants it reads
         self.pinned = False  # its record was released: it can no longer be remade
         self.consts: tuple = ()  # the arrays it reads that are counted as constants
-        self.oid = id(out)  # its array's id, while alive (a lazy tape notes only this)
         self.index = -1  # its op's index among those the tape counted (stats' by_op keys)
-
-    def seen(self, array: Any) -> None:
-        """``array`` is this value's (a lazy tape noted only its id): hold it weakly."""
-        self.ref = weakref.ref(array)
-        self.size = backend.memory_owner(array).nbytes
 
     def link(self, cache: Any, held: list) -> None:
         """Enter this new value in ``cache``'s tables: where its record saves each input

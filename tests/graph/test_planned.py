@@ -530,3 +530,43 @@ def test_a_budget_too_small_names_the_option_given(remat):
     ws, loss = chain(n=3)
     with pytest.raises(MemoryError, match=rf"^rm\.Tape\(memory=64, remat='{remat}'\): at op `"):
         train(rm.Tape(memory=64, remat=remat), ws, loss)
+
+
+# Bug guarded: a value kept from a run whose backward did not reach it (the planned
+# tape let go of its records when the next run began, some of whose saved values the
+# plan had evicted), reversed by a later run's backward: the VJP got the cache's
+# placeholder (TypeError: 'float' * 'Value') instead of a clear error.
+def test_a_value_kept_from_a_run_that_did_not_reverse_it_is_refused_clearly():
+    ws, loss = chain(n=3)
+
+    def runs(tape, count=4):
+        budget = getattr(tape.dtr_cache, "limit", None)
+        kept, out = None, []
+        for _ in range(count):
+            with tape:
+                value = loss()
+                aux = rm.exp(rm.tanh(ws[0] @ ws[1]) * 0.1).sum()  # not in this run's loss
+                if kept is not None:
+                    value = value + kept * 0.1  # the last run's: its ops may be let go
+            try:
+                value.backward()
+            except rm.BackwardError as error:  # (naming this tape, not another refusing)
+                assert f"memory={budget}, remat='optimal'" in str(error)
+                assert "let go of what it saved" in str(error)
+                out.append(None)
+            else:
+                out.append([w.grad for w in ws])
+            for w in ws:
+                w.grad = None
+            kept = aux
+        return out
+
+    expected = runs(rm.Tape())
+    first = rm.Tape(memory=2**40, remat=QUICK)  # (kept alive: its hook sees the second's)
+    for tape in (first, rm.Tape(memory=2**40 - 8, remat=QUICK)):
+        got = runs(tape)
+        assert None in got  # (the plan evicts what the loss does not read)
+        for grads, want in zip(got, expected):
+            if grads is not None:
+                same(grads, want)
+    plans.clear_plans()
