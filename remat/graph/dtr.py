@@ -177,7 +177,7 @@ class Cache(Choice):
         with an optimizer (new arrays each step) keeps no parameter's old arrays."""
         k, leaves = id(o), self.leaves
         if k not in leaves:  # the entry goes with its buffer: an id stays its own
-            leaves[k] = weakref.ref(o, lambda _: leaves.pop(k, None))
+            leaves[k] = weakref.ref(o, functools.partial(_leaf_gone, weakref.ref(self), k))
 
     def adding(self, arrays: Any) -> int:
         """Bytes holding ``arrays`` would add (buffers not counted yet, each once)."""
@@ -410,6 +410,15 @@ class Cache(Choice):
         w.last = self.clock
         if w.slots:
             self.resident[id(w)] = w
+
+
+def _leaf_gone(cache: weakref.ref[Cache], key: int, _: Any = None) -> None:
+    """A leaf's buffer was freed: its entry goes.  The callback holds its cache weakly
+    (one closing over the table would make a cycle, table -> reference -> callback ->
+    table, and a tape with leaves would wait for the cyclic collector to be freed)."""
+    c = cache()
+    if c is not None:
+        c.leaves.pop(key, None)
 
 
 # --- the hooks --------------------------------------------------------------------

@@ -422,3 +422,28 @@ def test_a_tape_without_remat_pays_nothing():
     gc.collect()
     assert core_tape.on_record is None  # set only while a DTR tape is open
     assert core_tape.before_vjp is None  # set only while a DTR tape's cache is alive
+
+
+# The leaf table's entries closed over the table (table -> reference -> callback -> table):
+# a cycle per DTR tape with leaves, freed only by the cyclic collector.
+def test_a_dtr_tape_with_leaves_is_freed_by_reference_counting_alone():
+    import gc
+    import sys
+    import weakref
+
+    ws, forward = mlp(layers=2)
+    full = rm.Tape(memory=2**40, remat="dtr")
+    train(full, ws, forward)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        tape = rm.Tape(memory=full.stats.peak_bytes * 9 // 10, remat="dtr")  # counts at once
+        train(tape, ws, forward)
+        table, cache = tape.dtr_cache.leaves, weakref.ref(tape.dtr_cache)
+        assert len(table) == len(ws)  # the parameters' buffers
+        del tape
+        assert cache() is None
+        assert sys.getrefcount(table) == 2  # `table` and the call's: no entry holds it
+    finally:
+        if was:
+            gc.enable()
