@@ -318,7 +318,10 @@ class Recorder(RecorderViews):
     :class:`remat.Tape` is a Recorder that also carries a budget for
     checkpointed loops, chains and scans (see :mod:`remat.budget`); the
     executor takes a plain Recorder for each step it tapes.  A recorder is
-    open only in the thread (and context) that entered it.
+    open only in the thread (and context) that entered it.  Entered again (a
+    tape reused for each step of a training loop), it first drops the records
+    a backward has released: it lists those of the runs not yet reversed and
+    the new one's.
 
     >>> import remat as rm
     >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
@@ -336,6 +339,10 @@ class Recorder(RecorderViews):
         self.forwards = forwards
 
     def __enter__(self: _R) -> _R:
+        if self.records and OPEN_TAPE.get() is not self:  # entered again: a new run
+            # drops the records backward released (they hold nothing: a tape reused
+            # for every step of training would list them all, without end)
+            self.records[:] = [r for r in self.records if not r.freed]
         push_value(_TAPE_START, len(self.records))
         push_value(OPEN_TAPE, self)
         return self

@@ -304,3 +304,25 @@ def test_a_0d_tensor_is_not_iterable_and_leaves_need_floats():
         list(rm.tensor(1.0))
     with pytest.raises(TypeError, match="floating-point"):
         rm.Tensor(np.arange(3), requires_grad=True)
+
+
+# A tape reused for each step of a training loop listed every step's records, without end.
+def test_a_tape_entered_again_drops_the_records_backward_released():
+    x = rm.tensor(np.linspace(-1.0, 1.0, 8), requires_grad=True)
+    tape = rm.Tape()
+    for _ in range(50):
+        with tape:
+            loss = rm.exp(rm.sin(x)).sum()
+        loss.backward()
+        x.grad = None
+    assert [r.op.name for r in tape.records] == ["sin", "exp", "sum"]  # the last run's
+    with tape:
+        kept = rm.sin(x).sum()  # not reversed yet: its records stay listed
+    with tape:
+        loss = rm.exp(x).sum()
+    assert [r.op.name for r in tape.records] == ["sin", "sum", "exp", "sum"]
+    kept.backward()
+    np.testing.assert_array_equal(x.grad, np.cos(x.data))
+    with tape:
+        pass
+    assert [r.op.name for r in tape.records] == ["exp", "sum"]
