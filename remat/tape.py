@@ -23,6 +23,7 @@ pile up.
 
 from __future__ import annotations
 
+import sys
 from contextvars import ContextVar
 from typing import TypeVar
 
@@ -320,8 +321,8 @@ class Recorder(RecorderViews):
     executor takes a plain Recorder for each step it tapes.  A recorder is
     open only in the thread (and context) that entered it.  Entered again (a
     tape reused for each step of a training loop), it first drops the records
-    a backward has released: it lists those of the runs not yet reversed and
-    the new one's.
+    no backward can reach any more (:meth:`_forget`): it lists those a tensor
+    alive can still be differentiated through, and the new run's.
 
     >>> import remat as rm
     >>> x = rm.tensor([1.0, 2.0], requires_grad=True)
@@ -337,18 +338,33 @@ class Recorder(RecorderViews):
         # sees what a `with rm.Tape()` inside f records); the executor's own
         # per-step recorders do not (the records of steps stay the steps').
         self.forwards = forwards
+        self.open = 0  # how many times it is entered now (threads, tasks, nested)
 
     def __enter__(self: _R) -> _R:
-        if self.records and OPEN_TAPE.get() is not self:  # entered again: a new run
-            # drops the records backward released (they hold nothing: a tape reused
-            # for every step of training would list them all, without end)
-            self.records[:] = [r for r in self.records if not r.freed]
+        if self.records and not self.open:  # entered again (not open anywhere): a new run
+            self._forget()
+        self.open += 1
         push_value(_TAPE_START, len(self.records))
         push_value(OPEN_TAPE, self)
         return self
 
+    def _forget(self) -> None:
+        """Drop the records no backward can reach: those a backward released, and those
+        nothing but this list holds (no tensor made by them is alive, no record kept
+        reads them: a forward not differentiated, an evaluation, a run an exception cut
+        short), whose saved arrays would otherwise live as long as the tape.  Newest
+        first: a record let go lets go of its parents, judged next."""
+        records, kept = self.records, []
+        while records:
+            record = records.pop()  # (rebinding `record` lets the one before go)
+            if not record.freed and sys.getrefcount(record) > 2:  # `record`, the call's
+                kept.append(record)
+        kept.reverse()
+        records[:] = kept
+
     def __exit__(self, *exc):
         outer = _SAVED.get()[-1][1]  # the tape that was open around this one
+        self.open -= 1
         pop_value(OPEN_TAPE)
         start = _TAPE_START.get()
         pop_value(_TAPE_START)

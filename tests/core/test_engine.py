@@ -306,8 +306,9 @@ def test_a_0d_tensor_is_not_iterable_and_leaves_need_floats():
         rm.Tensor(np.arange(3), requires_grad=True)
 
 
-# A tape reused for each step of a training loop listed every step's records, without end.
-def test_a_tape_entered_again_drops_the_records_backward_released():
+# A tape reused for each step of a training loop listed every step's records, without end,
+# and kept the arrays of forwards never differentiated (an evaluation) as long as it lived.
+def test_a_tape_entered_again_drops_the_records_no_backward_can_reach():
     x = rm.tensor(np.linspace(-1.0, 1.0, 8), requires_grad=True)
     tape = rm.Tape()
     for _ in range(50):
@@ -320,9 +321,14 @@ def test_a_tape_entered_again_drops_the_records_backward_released():
         kept = rm.sin(x).sum()  # not reversed yet: its records stay listed
     with tape:
         loss = rm.exp(x).sum()
-    assert [r.op.name for r in tape.records] == ["sin", "sum", "exp", "sum"]
+        rm.tanh(x * 2.0)  # nothing holds it: no backward can reach it
+    assert [r.op.name for r in tape.records] == ["sin", "sum", "exp", "sum", "multiply", "tanh"]
+    del loss  # an evaluation, say: never differentiated
+    with tape:
+        pass
+    assert [r.op.name for r in tape.records] == ["sin", "sum"]
     kept.backward()
     np.testing.assert_array_equal(x.grad, np.cos(x.data))
     with tape:
         pass
-    assert [r.op.name for r in tape.records] == ["exp", "sum"]
+    assert tape.records == [] and tape.saved_bytes() == 0
