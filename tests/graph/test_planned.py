@@ -339,7 +339,8 @@ def test_rm_grad_and_a_second_backward_inside_a_planned_tape():
         with tape:
             grads = rm.grad(f)(ws[0])
         np.testing.assert_array_equal(grads, expected)
-    assert not tape.stats.planned
+    assert not tape.stats.planned  # (it said "no plan yet ... planned when its backward ends")
+    assert "recorded during a reverse sweep" in tape.stats.fallback
     with rm.Tape():
         value = loss()
     value.backward(retain_graph=True)
@@ -613,3 +614,27 @@ def test_a_tensor_given_a_new_array_mid_forward_is_planned(how):
     assert "no plan yet" in first.fallback
     for s in later:
         assert s.planned and s.fallback is None, s.fallback
+
+
+def test_a_second_forward_after_the_backward_in_one_run_is_said_so():
+    # guards: ops recorded after a run's backward ended were said "recorded during the
+    # backward" (or, with no plan yet, the run said it would be planned)
+    ws, loss = chain(n=3)
+
+    def run(tape):
+        with tape:
+            loss().backward()
+            value = loss()
+        value.backward()
+        grads = [w.grad for w in ws]
+        for w in ws:
+            w.grad = None
+        return grads, tape.stats
+
+    expected, _ = run(rm.Tape())
+    budget, tape, runs = runs_within(store_all_bytes(ws, loss), run, 3)
+    for grads, s in runs:
+        same(grads, expected)
+        assert 0 < s.peak_bytes <= budget
+    for _, s in runs[1:]:
+        assert not s.planned and "recorded after this run's backward ended" in s.fallback
