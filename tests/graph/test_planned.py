@@ -576,7 +576,8 @@ def test_a_value_kept_from_a_run_that_did_not_reverse_it_is_refused_clearly():
 def rebinding(how):
     """Weights and a loss whose forward gives a tensor a new array midway (``.data``):
     an op's output (``"value"``), then read through a view (``"view"``), or a leaf
-    (``"leaf"``); the array is the old one's values, so every gradient is as without."""
+    (``"leaf"``), the array the old one's values; or an op's output given another op's
+    (``"other"``: read as a constant, differentiated through the first op)."""
     rng = np.random.default_rng(2)
     ws = [rm.tensor(rng.standard_normal((16, 16)) / 4, requires_grad=True) for _ in range(4)]
     x = rm.tensor(rng.standard_normal((8, 16)))
@@ -588,7 +589,9 @@ def rebinding(how):
                 w.data = w.data * 1.0
             a = rm.sin(h @ w)
             e = rm.exp(a * 0.2)
-            if how != "leaf":
+            if how == "other":
+                e.data = rm.tanh(a).data
+            elif how != "leaf":
                 e.data = e.data * 1.0  # the record of exp keeps the old array
             if how == "view":
                 e = e.reshape(16, 8).reshape(8, 16)
@@ -598,7 +601,7 @@ def rebinding(how):
     return ws, loss
 
 
-@pytest.mark.parametrize("how", ["value", "view", "leaf"])
+@pytest.mark.parametrize("how", ["value", "view", "leaf", "other"])
 def test_a_tensor_given_a_new_array_mid_forward_is_planned(how):
     # guards: a value rebound mid-forward left its backward edge out of the run's graph, so
     # the sweep was judged over early and every run fell back ("a second reverse sweep")
