@@ -20,9 +20,9 @@ ops between it and the op values or leaves it reads).  An op value's node:
 
 Then a gradient node per run of VJPs whose reads nest (:func:`_groups`), in the
 sweep's order: it reads the op values their records save and the gradient nodes
-of the ops that read theirs; it costs their measured VJPs and holds 0 bytes (DTR
-does not count cotangents).  The
-last gradient node is the graph's output; leaves and constants are not nodes.
+of the ops whose VJPs send them cotangents (``Run.grads``); it costs their
+measured VJPs and holds 0 bytes (DTR does not count cotangents).  The last
+gradient node is the graph's output; leaves and constants are not nodes.
 
 The bytes the plan counts: every op value from when its op runs until its last
 reader (or while kept), which is at least what DTR counts of it (from the record
@@ -104,7 +104,7 @@ def joint(run: Run) -> Joint:
         charged.add(owner[k])
         names.append(f"{run.values[k].op.name} {k}")
     children: list[list[int]] = [[] for _ in range(n)]
-    for k, p in enumerate(run.parents):
+    for k, p in enumerate(run.grads):  # (a value rebound before read: an edge of these only)
         for j in p:
             children[j].append(k)
     groups = _groups(run, node, reading)

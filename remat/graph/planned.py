@@ -40,7 +40,9 @@ whose op ``k`` differs from the plan's (another op, shape, dtype, source of an
 input, keyword), that records more or fewer ops, or whose sweep reverses another
 op than the plan's, goes on under DTR from there (``stats.planned`` False,
 ``stats.fallback`` names the op and the step); it is recorded all the same, and its
-own graph is planned when its backward ends (the next run follows that).  Where no
+own graph is planned when its backward ends (the next run follows that).  A run
+that records ops during a reverse sweep (``rm.grad`` or ``create_graph`` inside it)
+or after its backward ended (a second forward) is not planned, and says so.  Where no
 plan can be made (none fits; none in ``time_limit``: :class:`GraphPlanTimeout`; a
 graph over :data:`~remat.graph.plans.MAX_NODES`), runs go on under DTR, with the
 reason in ``stats.fallback``.  Where a value the plan evicts is still held by user
@@ -219,8 +221,15 @@ class PlannedCache(Cache):
         """Forward stage ``t``: evict what stage ``t - 1`` let go, note the op, check it."""
         entry, run = self.entry, self.run
         if run.reachable >= 0:  # an op recorded by the backward itself (rm.grad, create_graph)
-            if entry is not None:
-                self._fall_back(f"`{record.op.name}` was recorded during the backward")
+            if entry is not None or not run.ended:  # (a run planned at its end: stands)
+                self._fall_back(
+                    f"`{record.op.name}` was recorded after this run's backward ended (a "
+                    "second forward in one run: the plan has the first)"
+                    if run.finished
+                    else f"`{record.op.name}` was recorded during a reverse sweep of this run "
+                    f"(after its VJP {len(run.order) - 1}: rm.grad, create_graph), so the "
+                    "run is not planned"
+                )
             run.ended = True  # this run is not planned: its graph is not a forward's
             super().record(record, datas, kwargs, out)
             return
@@ -230,29 +239,16 @@ class PlannedCache(Cache):
         super().record(record, datas, kwargs, out)
         v = self.values[id(record)]
         signature = run.add(v, out, self.leaves, self._owner)
-        if entry is not None and self._check(entry, t, signature, v):
-            c = entry.joint.node.get(t)
-            if c is not None:  # what the plan recomputes here to keep
+        if entry is not None:
+            differs = _differs(entry, t, signature, v)
+            if differs is not None:
+                self._fall_back(differs)
+            elif (c := entry.joint.node.get(t)) is not None:  # what the plan recomputes to keep
                 self._follow(entry.steps[c])
         self.time = now = time.perf_counter()  # the next op's time starts here
         mark, spent = self.mark  # this op's time, with the tape's work for it, less evicting
         run.cost[t] = now - mark - (self.spent - spent)
         self.mark = (now, self.spent)
-
-    def _check(self, entry: Entry, t: int, signature: tuple, v: Value) -> bool:
-        """Whether op ``t`` is the plan's; if not, fall back."""
-        if t < len(entry.signature) and signature == entry.signature[t]:
-            return True
-        planned = (
-            f"`{entry.signature[t][0]}` {entry.signature[t][1]}"
-            if t < len(entry.signature)
-            else f"no op (its graph has {len(entry.signature)})"
-        )
-        self._fall_back(
-            f"at step {t} the run recorded `{v.op.name}` {v.shape} where the "
-            f"plan has {planned}, or an input or keyword differs: the program changed"
-        )
-        return False
 
     def before_vjp(self, record: Record) -> None:
         """VJP stage: time the last VJP, follow the plan, put back what the VJP reads."""
@@ -441,6 +437,21 @@ class PlannedCache(Cache):
         stats = self.stats
         stats.planned, stats.method = False, "dtr"
         stats.fallback = f"{reason}; the rest of this run is DTR's"
+
+
+def _differs(entry: Entry, t: int, signature: tuple, v: Value) -> str | None:
+    """Why op ``t`` (``v``, of ``signature``) is not the plan's op ``t``, or None if it is."""
+    if t < len(entry.signature) and signature == entry.signature[t]:
+        return None
+    planned = (
+        f"`{entry.signature[t][0]}` {entry.signature[t][1]}"
+        if t < len(entry.signature)
+        else f"no op (its graph has {len(entry.signature)})"
+    )
+    return (
+        f"at step {t} the run recorded `{v.op.name}` {v.shape} where the "
+        f"plan has {planned}, or an input or keyword differs: the program changed"
+    )
 
 
 def _describe(stats: PlanStats, entry: Entry, solved: bool) -> None:

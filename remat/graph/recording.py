@@ -7,8 +7,12 @@ keywords), its measured time (from the end of the tape's work for the op before
 to the end of its own: the op, the Python code before it, the recording), the
 bytes of its output's buffer (0 for a view of an earlier op's buffer, whose owner
 the view's readers then also hold, and for a view of a leaf's or a constant's:
-not counted by the plan), the ops whose output its record saves, and the
-constants it read (counted by DTR from then on); then, in the reverse sweep, the
+not counted by the plan), the ops whose output its record saves, the
+constants it read (counted by DTR from then on), and the ops its VJP sends
+cotangents to (``grads``: those it read, and those whose tensor user code gave a
+new array, ``t.data = a``, before the op read it: the op read a constant, which
+the record differentiates through to them; the sweep reaches them so, and
+:meth:`Run.start_sweep` counts them); then, in the reverse sweep, the
 order in which the records are reversed and each VJP's time (its stage's: the
 hook before it and the VJP, less what the hook spent recomputing).  An op's time
 excludes what DTR spent evicting while it recorded; what evicting and recomputing
@@ -57,7 +61,9 @@ class Run:
         self.values: list[Value] = []  # node k -> its Value
         self.node: dict[int, int] = {}  # id(Value) -> node
         self.signatures: list[tuple] = []
-        self.parents: list[tuple[int, ...]] = []
+        self.parents: list[tuple[int, ...]] = []  # node k -> the nodes its op read
+        self.grads: list[tuple[int, ...]] = []  # node k -> those its VJP sends cotangents to
+        self.by_record: dict[int, int] = {}  # id(Record) -> node
         self.cost: list[float] = []
         self.bytes: list[int] = []  # node k -> its buffer's bytes (0: a view, or not ours)
         self.saved: set[int] = set()  # nodes some record saves
@@ -102,6 +108,10 @@ class Run:
         self.node[id(v)] = k
         self.signatures.append(signature)
         self.parents.append(tuple(parents) if len(parents) < 2 else tuple(sorted(set(parents))))
+        by_record = self.by_record  # the sweep follows the record's parents: those read,
+        grads = [j for p in v.record.parents if (j := by_record.get(id(p))) is not None]
+        self.grads.append(tuple(grads) if len(grads) < 2 else tuple(sorted(set(grads))))
+        by_record[id(v.record)] = k  # and those rebound (t.data = a) before it read them
         self.cost.append(v.cost)  # until the tape's own time for it is known
         o = owner(out)
         first = self.owners.get(id(o))
@@ -131,7 +141,7 @@ class Run:
         """The sweep starts at node ``root``: count the nodes it will reverse."""
         seen, todo = {root}, [root]
         while todo:
-            for j in self.parents[todo.pop()]:
+            for j in self.grads[todo.pop()]:
                 if j not in seen:
                     seen.add(j)
                     todo.append(j)

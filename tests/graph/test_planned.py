@@ -339,7 +339,8 @@ def test_rm_grad_and_a_second_backward_inside_a_planned_tape():
         with tape:
             grads = rm.grad(f)(ws[0])
         np.testing.assert_array_equal(grads, expected)
-    assert not tape.stats.planned
+    assert not tape.stats.planned  # (it said "no plan yet ... planned when its backward ends")
+    assert "recorded during a reverse sweep" in tape.stats.fallback
     with rm.Tape():
         value = loss()
     value.backward(retain_graph=True)
@@ -570,3 +571,73 @@ def test_a_value_kept_from_a_run_that_did_not_reverse_it_is_refused_clearly():
             if grads is not None:
                 same(grads, want)
     plans.clear_plans()
+
+
+def rebinding(how):
+    """Weights and a loss whose forward gives a tensor a new array midway (``.data``):
+    an op's output (``"value"``), then read through a view (``"view"``), or a leaf
+    (``"leaf"``), the array the old one's values; or an op's output given another op's
+    (``"other"``: read as a constant, differentiated through the first op)."""
+    rng = np.random.default_rng(2)
+    ws = [rm.tensor(rng.standard_normal((16, 16)) / 4, requires_grad=True) for _ in range(4)]
+    x = rm.tensor(rng.standard_normal((8, 16)))
+
+    def loss():
+        h = x
+        for i, w in enumerate(ws):
+            if how == "leaf" and i == 2:
+                w.data = w.data * 1.0
+            a = rm.sin(h @ w)
+            e = rm.exp(a * 0.2)
+            if how == "other":
+                e.data = rm.tanh(a).data
+            elif how != "leaf":
+                e.data = e.data * 1.0  # the record of exp keeps the old array
+            if how == "view":
+                e = e.reshape(16, 8).reshape(8, 16)
+            h = rm.cos(a) * e
+        return (h * h).sum()
+
+    return ws, loss
+
+
+@pytest.mark.parametrize("how", ["value", "view", "leaf", "other"])
+def test_a_tensor_given_a_new_array_mid_forward_is_planned(how):
+    # guards: a value rebound mid-forward left its backward edge out of the run's graph, so
+    # the sweep was judged over early and every run fell back ("a second reverse sweep")
+    ws, loss = rebinding(how)
+    expected = train(rm.Tape(), ws, loss)
+    budget, tape, grads = runs_within(
+        store_all_bytes(ws, loss) // 2, lambda t: (train(t, ws, loss), t.stats), 3
+    )
+    for g, s in grads:
+        same(g, expected)
+        assert 0 < s.peak_bytes <= budget
+    first, *later = [s for _, s in grads]
+    assert "no plan yet" in first.fallback
+    for s in later:
+        assert s.planned and s.fallback is None, s.fallback
+
+
+def test_a_second_forward_after_the_backward_in_one_run_is_said_so():
+    # guards: ops recorded after a run's backward ended were said "recorded during the
+    # backward" (or, with no plan yet, the run said it would be planned)
+    ws, loss = chain(n=3)
+
+    def run(tape):
+        with tape:
+            loss().backward()
+            value = loss()
+        value.backward()
+        grads = [w.grad for w in ws]
+        for w in ws:
+            w.grad = None
+        return grads, tape.stats
+
+    expected, _ = run(rm.Tape())
+    budget, tape, runs = runs_within(store_all_bytes(ws, loss), run, 3)
+    for grads, s in runs:
+        same(grads, expected)
+        assert 0 < s.peak_bytes <= budget
+    for _, s in runs[1:]:
+        assert not s.planned and "recorded after this run's backward ended" in s.fallback
