@@ -432,6 +432,7 @@ def forget(cache: Cache, records: list) -> None:
     cache._drop_released()
     pending, values, kept = cache.pending, cache.values, []
     notes = {} if pending is None else pending.forgetting(cache)
+    noted = len(notes)
     while records:
         record = records.pop()  # (rebinding `record`, `v` and `note` lets the ones
         v = values.get(id(record))  # before go, and the parents they held: judged next)
@@ -451,7 +452,7 @@ def forget(cache: Cache, records: list) -> None:
     kept.reverse()
     records[:] = kept
     if pending is not None:
-        pending.forgot(cache, notes)
+        pending.forgot(cache, notes, len(notes) < noted)
 
 
 def _leaf_gone(cache: weakref.ref[Cache], key: int, _: Any = None) -> None:

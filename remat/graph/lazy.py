@@ -255,11 +255,14 @@ class Pending:
         self.notes, self.index, self.last, self.made = [], {}, None, 0
         return notes
 
-    def forgot(self, cache: Any, notes: dict[int, tuple]) -> None:
-        """The notes kept (those of records a backward can still reach), counted again."""
+    def forgot(self, cache: Any, notes: dict[int, tuple], dropped: bool) -> None:
+        """The notes kept (those of records a backward can still reach), counted again
+        if some were ``dropped`` (else the count stands)."""
         kept = list(notes.values())
         self.pruned -= len(kept)
         self.notes = kept
+        if not dropped:
+            return
         owned = dict.fromkeys(cache.leaves, LEAF)
         cache.bytes = self.bound = _count(kept, owned, 0)[0]
         self.owned, self.counted, self.exact = owned, len(kept), True
