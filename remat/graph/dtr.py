@@ -35,6 +35,13 @@ temporaries), ``G`` the parameters' bytes (their gradients, summed as they
 arrive), ``U`` what user code holds that no record saves, and ``c`` Python's
 objects, 64 KiB and 2 KiB a record (``tests/graph/test_dtr*.py`` check it).
 
+A tape reused (entered again, run after run) lists and counts what a backward can
+still reach: entered while open nowhere, it first drops, with all it saved, the
+records a backward released and those nothing but the tape holds (a forward never
+differentiated, a run an exception cut short: :func:`forget`), so that a later run
+has the room the live program leaves.  A record a live Tensor still reaches stays,
+its values evicted or not, and a backward through it later is store-all's.
+
 Too small a budget raises a MemoryError at the op where the values that cannot be
 evicted (held by user code, read by the op being computed, or constants) pass
 it, naming how many bytes they take: the least that can work there.
@@ -64,6 +71,7 @@ from __future__ import annotations
 
 import functools
 import random
+import sys
 import threading
 import time
 import weakref
@@ -410,6 +418,41 @@ class Cache(Choice):
         w.last = self.clock
         if w.slots:
             self.resident[id(w)] = w
+
+
+def forget(cache: Cache, records: list) -> None:
+    """The tape is entered again, open nowhere: drop from ``records`` (its list) and
+    from ``cache`` the records no backward can reach, by the rule of
+    :meth:`remat.tape.Recorder._forget` (released by a backward, or held by nothing
+    but the list and this cache: no Tensor made by them alive, no record kept reads
+    them: an evaluation's, a run an exception cut short), newest first; uncount what
+    they saved, so that the room left is what the live program holds.  Their
+    records are released: a Value of one the eviction's samples still list holds
+    nothing through it."""
+    cache._drop_released()
+    pending, values, kept = cache.pending, cache.values, []
+    notes = {} if pending is None else pending.forgetting(cache)
+    noted = len(notes)
+    while records:
+        record = records.pop()  # (rebinding `record`, `v` and `note` lets the ones
+        v = values.get(id(record))  # before go, and the parents they held: judged next)
+        note = notes.get(id(record))
+        # what this cache holds of it: its Value, the slots its record saves, its note
+        ours = 0 if v is None else 1 + len(v.saves)
+        if not record.freed and sys.getrefcount(record) > 2 + ours + (note is not None):
+            kept.append(record)
+            continue
+        if v is not None:
+            cache._release_record(v)
+            if v is cache.reversing:  # (the last a sweep reversed, retaining the graph)
+                cache.reversing = None
+        if note is not None:
+            del notes[id(record)]
+        record.release()
+    kept.reverse()
+    records[:] = kept
+    if pending is not None:
+        pending.forgot(cache, notes, len(notes) < noted)
 
 
 def _leaf_gone(cache: weakref.ref[Cache], key: int, _: Any = None) -> None:

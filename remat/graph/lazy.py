@@ -245,6 +245,28 @@ class Pending:
         self.owned, self.counted, self.exact = owned, len(self.notes), True
         self.last, self.made = None, 0
 
+    def forgetting(self, cache: Any) -> dict[int, tuple]:
+        """The tape is entered again (:func:`remat.graph.dtr.forget`): the peak
+        raised to the count, the notes handed over by record id, in order (no list nor
+        index here holds them meanwhile: a note let go lets go of its inputs)."""
+        self.update_peak(cache)
+        notes = {id(note[0]): note for note in self.notes}
+        self.pruned += len(notes)  # (less those kept, once known: the ops stay counted)
+        self.notes, self.index, self.last, self.made = [], {}, None, 0
+        return notes
+
+    def forgot(self, cache: Any, notes: dict[int, tuple], dropped: bool) -> None:
+        """The notes kept (those of records a backward can still reach), counted again
+        if some were ``dropped`` (else the count stands)."""
+        kept = list(notes.values())
+        self.pruned -= len(kept)
+        self.notes = kept
+        if not dropped:
+            return
+        owned = dict.fromkeys(cache.leaves, LEAF)
+        cache.bytes = self.bound = _count(kept, owned, 0)[0]
+        self.owned, self.counted, self.exact = owned, len(kept), True
+
     def prune(self) -> None:
         """Drop the notes of records backward has released (their constants with them)."""
         kept = [n for n in self.notes if n[0].parents is not None]

@@ -49,9 +49,12 @@ reason in ``stats.fallback``.  Where a value the plan evicts is still held by us
 code (a Tensor it keeps, an op reading it), it is evicted once let go; the budget
 is DTR's to keep meanwhile: :meth:`Cache.make_room` evicts by DTR's heuristic.
 ``stats.departures`` counts those evictions and the plan's evictions not made by
-the time the backward starts (``stats.departed`` names the first).  The records of
-a run its sweep did not reach are let go when the next run begins; a later sweep
-reaching one (user code kept a value) is refused where the plan evicted what it saves.
+the time the backward starts (``stats.departed`` names the first).  When the next
+run begins, the records no backward can reach any more are dropped and uncounted
+(those of an evaluation, of a run an exception cut short: :func:`remat.graph.dtr.forget`),
+so that the plan has its room; those of a finished run that its sweep did not reach
+are let go even where user code keeps a value they made; a later sweep reaching one
+is refused where the plan evicted what it saves.
 
 Bytes.  The budget is DTR's: ``tape.stats.peak_bytes`` counts the values the
 records save, each buffer once, the constants the ops read and the values held
@@ -108,8 +111,13 @@ def cache(limit: int, remat: DTR | Planned, check_replay: bool | str = True) -> 
 
 
 def entered(tape: Any) -> None:
-    """``tape`` (of a DTR or planned cache) is entered; a planned one starts a run, and
-    its list of records drops those of past runs that backward released or did not reach."""
+    """``tape`` (of a DTR or planned cache) is entered.  Entered again while open nowhere,
+    its list and its cache first drop the records no backward can reach any more
+    (:func:`remat.graph.dtr.forget`); then a planned one starts a
+    run, and its list drops those of the run before that its finished sweep did not
+    reach although user code still holds them (:meth:`PlannedCache._let_go`)."""
+    if tape.records and not tape.open:
+        dtr.forget(tape.dtr_cache, tape.records)
     if isinstance(tape.dtr_cache, PlannedCache):
         gone = tape.dtr_cache.begin()
         tape.records[:] = [r for r in tape.records if not r.freed and id(r) not in gone]

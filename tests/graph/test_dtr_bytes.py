@@ -4,6 +4,7 @@ of ``t[idx]``, a boolean mask), which its recipe and its record keep as long as 
 live.  Counted by hand here, and against what tracemalloc sees."""
 
 import numpy as np
+import pytest
 
 import remat as rm
 from tests.helpers import traced
@@ -63,3 +64,83 @@ def test_the_eager_count_holds_the_index_tables_within_the_budget():
     # evaluated and the index being copied (6 values in all) and Python's objects
     # (the 8 tables uncounted put it 8 values above)
     assert peak <= budget + 6 * VALUE + 128 * 1024, (peak, budget)
+
+
+def layers(x, n=10):
+    """A chain of n sin-exp layers of ``x`` (each value saved by its reader), summed."""
+    h = x
+    for _ in range(n):
+        h = rm.exp(rm.sin(h) * 0.2)
+    return h.sum()
+
+
+def counted(tape):
+    """The bytes ``tape``'s cache counts now (``tape.stats`` brings a lazy count up to date)."""
+    assert tape.stats.peak_bytes >= 0
+    return tape.dtr_cache.bytes
+
+
+def reference(x, f):
+    """``f(x)``'s gradient on a plain tape."""
+    with rm.Tape():
+        loss = f(x)
+    loss.backward()
+    g, x.grad = x.grad, None
+    return g
+
+
+@pytest.mark.parametrize("memory", [2**40, 6 * VALUE], ids=["lazy", "evicting"])
+def test_a_run_no_backward_reached_is_uncounted_when_the_tape_is_entered_again(memory):
+    # The records of a forward never differentiated (an evaluation) stayed in the DTR
+    # cache, counted, for the tape's life: later runs had that much less room.
+    x = rm.tensor(np.linspace(-1.0, 1.0, WIDTH), requires_grad=True)
+    expected = reference(x, layers)
+    tape = rm.Tape(memory=memory, remat="dtr")
+    figures = []  # after each training forward: the records listed, the bytes counted
+    for _ in range(3):
+        with tape:
+            loss = layers(x)
+        figures.append((len(tape.records), counted(tape)))
+        loss.backward()
+        np.testing.assert_array_equal(x.grad, expected)
+        x.grad = None
+        with tape:
+            layers(x)  # an evaluation: no backward
+        with pytest.raises(KeyError), tape:  # a run an exception cut short
+            layers(x, 5)
+            raise KeyError
+    with tape:
+        pass
+    assert counted(tape) == 0 and len(tape.records) == 0
+    assert tape.stats.peak_bytes <= memory
+    assert {records for records, _ in figures} == {figures[0][0]}  # the run's own
+    if memory == 2**40:  # (evicting, which values stay depends on measured times)
+        assert {bytes_ for _, bytes_ in figures} == {figures[0][1]}
+
+
+@pytest.mark.parametrize("memory", [2**40, 6 * VALUE], ids=["lazy", "evicting"])
+def test_a_tensor_kept_from_an_evaluation_is_still_differentiated_bit_for_bit(memory):
+    # The tape entered again must keep what a live tensor can still be differentiated
+    # through (recomputing its evicted values), and drop only what nothing reaches.
+    x = rm.tensor(np.linspace(-1.0, 1.0, WIDTH), requires_grad=True)
+    expected = reference(x, layers)
+    tape = rm.Tape(memory=memory, remat="dtr")
+    with tape:
+        kept = layers(x)  # kept, not differentiated yet
+    per_run = len(tape.records)
+    with tape:
+        layers(x)  # not kept: dropped at the next entry
+    with tape:
+        loss = layers(x)
+    assert len(tape.records) == 2 * per_run  # the kept run's and this one's
+    loss.backward()
+    np.testing.assert_array_equal(x.grad, expected)
+    x.grad = None
+    with tape:
+        pass
+    kept.backward()
+    np.testing.assert_array_equal(x.grad, expected)
+    x.grad = None
+    with tape:
+        pass
+    assert counted(tape) == 0 and len(tape.records) == 0

@@ -641,3 +641,52 @@ def test_a_second_forward_after_the_backward_in_one_run_is_said_so():
         assert 0 < s.peak_bytes <= budget
     for _, s in runs[1:]:
         assert not s.planned and "recorded after this run's backward ended" in s.fallback
+
+
+@pytest.mark.parametrize("cut", ["evaluation", "exception"])
+def test_a_run_no_backward_reached_leaves_the_later_runs_their_plan(cut):
+    # Such a run's records stayed counted in the cache for the tape's life: each later
+    # run had that much less room than its plan, and departed from it.
+    ws, loss = chain()
+    expected = train(rm.Tape(), ws, loss)
+
+    def run(tape):
+        grads = train(tape, ws, loss)
+        counts = (tape.dtr_cache.bytes, tape.stats.departures)
+        if cut == "evaluation":
+            with tape:
+                loss()
+        else:
+            with pytest.raises(KeyError), tape:
+                loss(hold=[]).data
+                raise KeyError
+        return grads, counts
+
+    budget, tape, runs = runs_within(store_all_bytes(ws, loss) // 2, run, 5)
+    for grads, counts in runs:
+        same(grads, expected)
+    assert {counts for _, counts in runs[1:]} == {(runs[1][1][0], 0)}
+
+
+def test_a_loss_kept_from_an_evaluation_is_differentiated_after_the_next_run():
+    # Entered again, the tape must keep the records a live tensor still reaches.
+    ws, loss = chain()
+    expected = train(rm.Tape(), ws, loss)
+    kept = []
+
+    def run(tape):
+        grads = train(tape, ws, loss)
+        with tape:
+            kept.append(loss())  # an evaluation, differentiated later
+        return grads
+
+    budget, tape, runs = runs_within(store_all_bytes(ws, loss) // 2, run, 3)
+    for grads in runs:
+        same(grads, expected)
+    for value in kept[-3:]:
+        with tape:
+            pass
+        value.backward()
+        same([w.grad for w in ws], expected)
+        for w in ws:
+            w.grad = None
