@@ -1,7 +1,7 @@
 """Run the benchmarks and print markdown: ``python -m benchmarks [--quick] [--write] [names...]``.
 
 Names: core, schedules, loop, online, logn, depth, replay, memory, traced, forward,
-overheads, disk, transformer, planning, dtr, graph (all by default).  ``--quick`` runs tiny
+overheads, disk, transformer, planning, dtr, graph, heap (all by default).  ``--quick`` runs tiny
 sizes (a smoke test; the figures mean nothing).  ``--write`` also records the output in
 benchmarks/RESULTS.md: the sections of the benchmarks just run are replaced, the others
 kept, and so is the hand-written "Where remat is behind" section, which whoever reruns
@@ -37,6 +37,7 @@ MODULES = {
     "planning": "benchmarks.bench_planning",
     "dtr": "benchmarks.bench_dtr",
     "graph": "benchmarks.bench_graph",
+    "heap": "benchmarks.bench_heap",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEHIND = "## Where remat is behind"

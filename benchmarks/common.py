@@ -1,6 +1,16 @@
-"""Shared measuring tools: one BLAS thread, medians of repeats, and a record of the machine.
+"""Shared measuring tools: one BLAS thread, a held heap, medians of repeats, and a record
+of the machine.
 
 Import this module before NumPy so that the thread limits take effect.
+
+The heap is held (:func:`hold_heap`, on glibc): freed memory stays in the process
+for the next run, as a GPU's caching pool keeps it, instead of going back to the
+system at the end of each run to be faulted in afresh (and zeroed) by the next.
+With glibc's default, a forward and backward that holds 100 MiB paid that every run,
+and paid it more the more it held: store-all's runs at the graph workloads' large
+size took 20-60% longer than with the heap held, budgeted runs less, so that they
+looked faster than store-all (``python -m benchmarks heap`` measures it).  Set
+``REMAT_BENCH_HEAP=default`` to measure with glibc's default instead.
 """
 
 import os
@@ -8,6 +18,8 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+import ctypes  # noqa: E402
+import ctypes.util  # noqa: E402
 import gc  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
@@ -16,6 +28,27 @@ import sys  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
 from importlib import metadata  # noqa: E402
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+HELD_MMAP = 32 * 2**20  # glibc's largest: arrays up to 32 MiB come from the heap
+HELD_TRIM = 2**30  # the heap's top is given back only past 1 GiB free
+
+
+def hold_heap():
+    """Keep freed memory in the process (glibc's ``mallopt``), unless
+    ``REMAT_BENCH_HEAP=default``: a phrase for :func:`environment` saying which heap."""
+    if os.environ.get("REMAT_BENCH_HEAP") == "default":
+        return "glibc's default (REMAT_BENCH_HEAP=default)"
+    name = ctypes.util.find_library("c")
+    mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+    if mallopt is None or not (
+        mallopt(M_MMAP_THRESHOLD, HELD_MMAP) and mallopt(M_TRIM_THRESHOLD, HELD_TRIM)
+    ):
+        return "the C library's default (no glibc mallopt)"
+    return "held (glibc mallopt: mmap threshold 32 MiB, trim threshold 1 GiB)"
+
+
+HEAP = hold_heap()
 
 
 def median_time(fn, repeats=7, warmup=1):
@@ -115,7 +148,7 @@ def environment(packages=("numpy", "remat")):
     versions = ", ".join(f"{p} {version(p)}" for p in packages if version(p))
     return (
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; "
-        f"Python {sys.version.split()[0]}; {versions}; BLAS: {blas_info()}."
+        f"Python {sys.version.split()[0]}; {versions}; BLAS: {blas_info()}; heap: {HEAP}."
     )
 
 

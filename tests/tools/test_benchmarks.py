@@ -68,6 +68,10 @@ HEADERS = {
         "large: recomputed ops |",
         "| target | workload | figure | met |",
     ],
+    "heap": [
+        "| workload | method | default ms | held ms | default / held | vs store-all (default) | "
+        "vs store-all (held) | fresh MiB (default) | fresh MiB (held) |"
+    ],
     "transformer": [
         "| contender | s (fwd+bwd) | time ratio | peak RSS MiB | memory ratio (RSS) |",
         "| schedule | forward_steps | tape.stats.peak_bytes MiB | tracemalloc MiB |",
