@@ -69,9 +69,9 @@ def child(name, repeats, quick=False):
 
 
 def measure(name, heap, repeats, quick):
-    env = dict(os.environ, REMAT_BENCH_HEAP=heap)
-    env.pop("MALLOC_MMAP_THRESHOLD_", None)
-    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.pop("GLIBC_TUNABLES", None)
+    env["REMAT_BENCH_HEAP"] = heap
     command = [sys.executable, "-m", "benchmarks.bench_heap", "--child", name, str(repeats)]
     command += ["--quick"] if quick else []
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)

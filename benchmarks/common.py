@@ -36,9 +36,14 @@ HELD_TRIM = 2**30  # the heap's top is given back only past 1 GiB free
 
 def hold_heap():
     """Keep freed memory in the process (glibc's ``mallopt``), unless
-    ``REMAT_BENCH_HEAP=default``: a phrase for :func:`environment` saying which heap."""
+    ``REMAT_BENCH_HEAP=default`` or glibc's own variables set the heap (the peak-RSS
+    children of ``loop`` and ``transformer`` map each array on its own, so that RSS
+    follows what is alive): a phrase for :func:`environment` saying which heap."""
     if os.environ.get("REMAT_BENCH_HEAP") == "default":
         return "glibc's default (REMAT_BENCH_HEAP=default)"
+    tuned = sorted(v for v in os.environ if v.startswith("MALLOC_") or v == "GLIBC_TUNABLES")
+    if tuned:
+        return f"glibc's, as {', '.join(tuned)} set it"
     name = ctypes.util.find_library("c")
     mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
     if mallopt is None or not (
