@@ -1,5 +1,33 @@
 """The output of one record of a DTR tape (:class:`Value`): how to make it again, where
-it is saved, and what the heuristics read of it (``cost``, ``size``, ``last``)."""
+it is saved, and what the heuristics read of it (``cost``, ``size``, ``last``,
+:meth:`Value.evicted_neighbourhood_cost`).
+
+The evicted neighbourhood.  Recomputing a value out of memory recomputes, first,
+its inputs out of memory, theirs, and so on; and an evicted value's readers out of
+memory need it back.  So evicting a value next to values out of memory makes their
+recomputation dearer by its own, and DTR's ``h_dtr_eq`` adds to a value's cost that
+of its *evicted neighbourhood* ``e*``: the values out of memory connected to it
+through values out of memory (inputs and readers).  Walking that neighbourhood at
+every score is a search per candidate, so, as Kirisame et al. (*Dynamic Tensor
+Rematerialization*, ICLR 2021, section 4) do, the values out of memory are kept in
+equivalence classes (:class:`Class`, a union-find with the cost of its members):
+
+* a value leaving memory (evicted, or freed without being saved: a record's output
+  no VJP keeps, once user code lets go of it) joins its class (one of its own the
+  first time) and merges it with the classes of its neighbours out of memory;
+* a value put back (recomputed for good) takes its cost out of its class, and the
+  class is *not* split (splitting is the costly part): its members stay together,
+  so after a rematerialization ``e*`` may count values no longer connected;
+* a value whose record was released (:meth:`Value.pin`) takes its cost out too;
+* ``e*`` of a value is then the sum of the distinct classes of its neighbours out
+  of memory: a few look-ups, not a search.
+
+Until something is rematerialized the classes are the connected components exactly
+(``tests/graph/test_dtr_neighbourhood.py``).  The costs are summed in integer
+nanoseconds, so that adding and taking out in any order comes back exactly: a class
+whose members all went back or were released costs exactly 0, run after run of a
+reused tape.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +50,7 @@ class Value:
     __slots__ = (
         "cache", "record", "op", "kwargs", "inputs", "ref", "slots", "saves", "users",
         "cost", "size", "last", "evicted", "print", "shape", "dtype", "checks", "pinned", "consts",
-        "index", "__weakref__",
+        "index", "cls", "counted", "__weakref__",
     )  # fmt: skip
 
     def __init__(
@@ -56,6 +84,8 @@ class Value:
         self.pinned = False  # its record was released: it can no longer be remade
         self.consts: tuple = ()  # the arrays it reads that are counted as constants
         self.index = -1  # its op's index among those the tape counted (stats' by_op keys)
+        self.cls: Class | None = None  # its class, once it first left memory
+        self.counted: int | None = None  # the nanoseconds it adds to its class, while out
 
     def link(self, cache: Any, held: list) -> None:
         """Enter this new value in ``cache``'s tables: where its record saves each input
@@ -84,28 +114,117 @@ class Value:
         cache.values[id(record)] = self
 
     def pin(self) -> None:
-        """Its record was released: it can no longer be remade, and keeps no recipe."""
+        """Its record was released: it can no longer be remade, and keeps no recipe
+        (nor a place in a class of values out of memory)."""
         self.inputs = self.consts = ()
         self.pinned = True
+        self.leave()
+        self.cls = None
 
-    def evicted_neighbourhood_cost(self, limit: int = 32) -> float:
-        """The cost of the values next to this one (inputs and readers, transitively)
-        that are not in memory now: evicting this one makes their recomputation dearer."""
-        total = 0.0
-        seen, frontier = {id(self)}, [self]
-        while frontier and len(seen) < limit:
-            nxt = []
-            for w in frontier:
-                users = (r() for r in w.users)
-                for u in (*(x for x in w.inputs if type(x) is Value), *users):
-                    if u is None or id(u) in seen or u.ref() is not None:
-                        continue
-                    seen.add(id(u))
-                    total += u.cost
-                    nxt.append(u)
-            frontier = nxt
-        return total
+    # --- the evicted neighbourhood (see the module) ---------------------------------
+    def evicted_neighbourhood_cost(self) -> float:
+        """The seconds of the values out of memory next to this one, transitively (its
+        evicted neighbourhood ``e*``): the sum of the classes of its neighbours out of
+        memory, each class once.  Exact until a value of those classes was put back;
+        from then on it may count values no longer connected (the paper's
+        approximation: classes are merged, never split)."""
+        total, roots = 0, []
+        for u in self._neighbours():
+            if u.counted is None:
+                if u.pinned or not (u.evicted or u.ref() is None):
+                    continue  # in memory, or out of the graph
+                u.join()  # out of memory and not counted yet: freed unsaved
+            r = u.cls.root()  # type: ignore[union-attr]
+            if r not in roots:
+                roots.append(r)
+                total += r.cost
+        return total / 1e9
+
+    def join(self) -> None:
+        """This value left memory: its cost joins its class, which the classes of its
+        neighbours out of memory join too.  A neighbour out of memory not counted yet
+        (a value freed unsaved) is counted here, and its own neighbours joined."""
+        root = self._count()
+        todo = [self]
+        while todo:
+            for u in todo.pop()._neighbours():
+                if u.counted is not None:
+                    root = _union(root, u.cls.root())  # type: ignore[union-attr]
+                elif not u.pinned and (u.evicted or u.ref() is None):
+                    root = _union(root, u._count())
+                    todo.append(u)
+
+    def leave(self) -> None:
+        """This value is back in memory, or out of the graph (pinned): its cost leaves
+        its class, which stays whole (it keeps the value, so that a later eviction
+        joins it again)."""
+        c = self.counted
+        if c is not None:
+            r = self.cls.root()  # type: ignore[union-attr]
+            r.cost -= c
+            r.members -= 1
+            self.counted = None
+
+    def _count(self) -> Class:
+        """Add this value's cost to its class (a new one if it has none); the root."""
+        if self.cls is None:
+            root = self.cls = Class()
+        else:
+            root = self.cls.root()
+        c = self.counted = int(self.cost * 1e9)
+        root.cost += c
+        root.members += 1
+        return root
+
+    def _neighbours(self) -> list[Value]:
+        """Its inputs that are values of the tape, and its readers still alive."""
+        near = [u for u in self.inputs if type(u) is Value]
+        for r in self.users:
+            u = r()
+            if u is not None:
+                near.append(u)
+        return near
 
     def __repr__(self) -> str:
         state = "evicted" if self.evicted else "resident"
         return f"<Value of {self.op.name} {self.shape}, {self.size} B, {state}>"
+
+
+class Class:
+    """A class of values out of memory (see the module): a union-find node.  A root
+    has no ``parent`` (no reference cycle: a tape's classes go with its values, not
+    with the cyclic collector) and holds its members' ``cost``, in nanoseconds, and
+    how many they are."""
+
+    __slots__ = ("parent", "rank", "cost", "members")
+
+    def __init__(self) -> None:
+        self.parent: Class | None = None
+        self.rank = 0
+        self.cost = 0
+        self.members = 0
+
+    def root(self) -> Class:
+        """The root of this class, the path to it made direct (path compression)."""
+        r = self
+        while r.parent is not None:
+            r = r.parent
+        c = self
+        while c is not r:
+            c.parent, c = r, c.parent  # type: ignore[assignment]
+        return r
+
+
+def _union(a: Class, b: Class) -> Class:
+    """Merge the classes of roots ``a`` and ``b`` (by rank); the root of the union."""
+    if a is b:
+        return a
+    if a.rank < b.rank:
+        a, b = b, a
+    b.parent = a
+    if a.rank == b.rank:
+        a.rank += 1
+    a.cost += b.cost
+    a.members += b.members
+    b.cost = b.members = 0
+    return a
