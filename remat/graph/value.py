@@ -9,15 +9,21 @@ recomputation dearer by its own, and DTR's ``h_dtr_eq`` adds to a value's cost t
 of its *evicted neighbourhood* ``e*``: the values out of memory connected to it
 through values out of memory (inputs and readers).  Walking that neighbourhood at
 every score is a search per candidate, so, as Kirisame et al. (*Dynamic Tensor
-Rematerialization*, ICLR 2021, section 4) do, the values out of memory are kept in
-equivalence classes (:class:`Class`, a union-find with the cost of its members):
+Rematerialization*, ICLR 2021) do for their ``h_DTR^eq``, the values out of memory
+are kept in equivalence classes (:class:`Class`, a union-find with the cost of its
+members):
 
-* a value leaving memory (evicted, or freed without being saved: a record's output
-  no VJP keeps, once user code lets go of it) joins its class (one of its own the
-  first time) and merges it with the classes of its neighbours out of memory;
-* a value put back (recomputed for good) takes its cost out of its class, and the
-  class is *not* split (splitting is the costly part): its members stay together,
-  so after a rematerialization ``e*`` may count values no longer connected;
+* out of memory, for the tape, is evicted, or saved by no record (no slot: an
+  output no VJP keeps, which user code lets go of as soon as the next op read it;
+  the tape is not told when, so it does not ask);
+* an evicted value joins its class (one of its own the first time) and merges it
+  with the classes of its neighbours out of memory (:meth:`Value.join`); a value
+  saved by no record joins when first reached, by a neighbour's eviction or a
+  score;
+* a value put back (recomputed for good), or saved by an op that reads it, takes
+  its cost out of its class, and the class is *not* split (splitting is the costly
+  part): its members stay together, so after a rematerialization ``e*`` may count
+  values no longer connected;
 * a value whose record was released (:meth:`Value.pin`) takes its cost out too;
 * ``e*`` of a value is then the sum of the distinct classes of its neighbours out
   of memory: a few look-ups, not a search.
@@ -97,6 +103,8 @@ class Value:
             u = self.inputs[i]
             if a is not None and type(u) is Value:
                 u.slots.append((record, i))
+                if u.counted is not None:  # saved now: in memory, for the tape
+                    u.leave()
                 self.saves.append((u, i))
                 held.append(a)
                 u.last = self.last
@@ -131,9 +139,9 @@ class Value:
         total, roots = 0, []
         for u in self._neighbours():
             if u.counted is None:
-                if u.pinned or not (u.evicted or u.ref() is None):
+                if u.pinned or (u.slots and not u.evicted):
                     continue  # in memory, or out of the graph
-                u.join()  # out of memory and not counted yet: freed unsaved
+                u.join()  # out of memory and not counted yet: saved by no record
             r = u.cls.root()  # type: ignore[union-attr]
             if r not in roots:
                 roots.append(r)
@@ -143,14 +151,14 @@ class Value:
     def join(self) -> None:
         """This value left memory: its cost joins its class, which the classes of its
         neighbours out of memory join too.  A neighbour out of memory not counted yet
-        (a value freed unsaved) is counted here, and its own neighbours joined."""
+        (one saved by no record) is counted here, and its own neighbours joined."""
         root = self._count()
         todo = [self]
         while todo:
             for u in todo.pop()._neighbours():
                 if u.counted is not None:
                     root = _union(root, u.cls.root())  # type: ignore[union-attr]
-                elif not u.pinned and (u.evicted or u.ref() is None):
+                elif not u.pinned and (u.evicted or not u.slots):
                     root = _union(root, u._count())
                     todo.append(u)
 
