@@ -14,9 +14,9 @@ Rematerialization* (ICLR 2021), so that they can be compared on one program:
 * :data:`h_dtr`: ``cost / (bytes * staleness)``, cheap to recompute, large and
   long unused goes first;
 * :data:`h_dtr_eq`: the same with the cost of the evicted neighbourhood added
-  (evicting a value next to evicted ones makes their recomputation dearer), as the
-  paper approximates it: the classes of values out of memory it keeps, a few
-  look-ups a score (:mod:`remat.graph.value`);
+  (evicting a value next to evicted ones makes their recomputation dearer), read
+  from the classes of values out of memory the tape keeps, as the paper's
+  ``h_DTR^eq`` does: a few look-ups a score (:mod:`remat.graph.value`);
 * :data:`lru`: the least recently used first;
 * :data:`largest_first`: the largest first.
 

@@ -14,25 +14,31 @@ are kept in equivalence classes (:class:`Class`, a union-find with the cost of i
 members):
 
 * out of memory, for the tape, is evicted, or saved by no record (no slot: an
-  output no VJP keeps, which user code lets go of as soon as the next op read it;
+  output no VJP keeps, which user code lets go of once the next op has read it;
   the tape is not told when, so it does not ask);
-* an evicted value joins its class (one of its own the first time) and merges it
-  with the classes of its neighbours out of memory (:meth:`Value.join`); a value
-  saved by no record joins when first reached, by a neighbour's eviction or a
+* an evicted value joins a class with its neighbours out of memory, whose classes
+  merge into it (:meth:`Value.join`); a value saved by no record joins when first
+  reached, by a neighbour's eviction or a score;
+* a value put back (recomputed for good), saved by an op that reads it, or whose
+  record was released (:meth:`Value.pin`) takes its cost out of its class, which is
+  then *stale*: its members may no longer be connected.  The paper leaves such a
+  class whole (splitting is the costly part), and so counts, from then on, values
+  no longer connected; in a backward sweep, where values come back all the time,
+  the classes grew into one and every value next to it scored the same ``e*``
+  (``h_dtr_eq`` then ran out of a third of the MLP's memory in ``python -m
+  benchmarks dtr``, which ``h_dtr`` and the exact sum fit in).  So a stale class
+  is made again when next read, from the value read on, over the values out of
+  memory connected to it: one walk of a component per class left, not one per
   score;
-* a value put back (recomputed for good), or saved by an op that reads it, takes
-  its cost out of its class, and the class is *not* split (splitting is the costly
-  part): its members stay together, so after a rematerialization ``e*`` may count
-  values no longer connected;
-* a value whose record was released (:meth:`Value.pin`) takes its cost out too;
 * ``e*`` of a value is then the sum of the distinct classes of its neighbours out
-  of memory: a few look-ups, not a search.
+  of memory: a few look-ups.
 
-Until something is rematerialized the classes are the connected components exactly
-(``tests/graph/test_dtr_neighbourhood.py``).  The costs are summed in integer
-nanoseconds, so that adding and taking out in any order comes back exactly: a class
-whose members all went back or were released costs exactly 0, run after run of a
-reused tape.
+The sums are the connected components' (``tests/graph/test_dtr_neighbourhood.py``),
+but for values that stop being saved in a backward sweep (their readers released):
+they are counted once reached, as those saved by no record, and a class made before
+misses them until then.  The costs are summed in integer nanoseconds, so that adding
+and taking out in any order comes back exactly: a class whose members all went back
+or were released costs exactly 0, run after run of a reused tape.
 """
 
 from __future__ import annotations
@@ -133,65 +139,80 @@ class Value:
     def evicted_neighbourhood_cost(self) -> float:
         """The seconds of the values out of memory next to this one, transitively (its
         evicted neighbourhood ``e*``): the sum of the classes of its neighbours out of
-        memory, each class once.  Exact until a value of those classes was put back;
-        from then on it may count values no longer connected (the paper's
-        approximation: classes are merged, never split)."""
+        memory, each class once (a class a value left since it was made is made again
+        first, from the neighbour on)."""
         total, roots = 0, []
-        for u in self._neighbours():
+        for u in self._near():
+            if type(u) is not Value:
+                continue
             if u.counted is None:
                 if u.pinned or (u.slots and not u.evicted):
                     continue  # in memory, or out of the graph
-                u.join()  # out of memory and not counted yet: saved by no record
-            r = u.cls.root()  # type: ignore[union-attr]
+                r = u._gather()  # out of memory and not counted yet: saved by no record
+            else:
+                r = u.cls.root()  # type: ignore[union-attr]
+                if r.stale:
+                    r = u._gather()
             if r not in roots:
                 roots.append(r)
                 total += r.cost
         return total / 1e9
 
     def join(self) -> None:
-        """This value left memory: its cost joins its class, which the classes of its
-        neighbours out of memory join too.  A neighbour out of memory not counted yet
-        (one saved by no record) is counted here, and its own neighbours joined."""
-        root = self._count()
-        todo = [self]
-        while todo:
-            for u in todo.pop()._neighbours():
-                if u.counted is not None:
-                    root = _union(root, u.cls.root())  # type: ignore[union-attr]
-                elif not u.pinned and (u.evicted or not u.slots):
-                    root = _union(root, u._count())
-                    todo.append(u)
+        """This value left memory: it joins a class with its neighbours out of memory."""
+        self._gather()
 
     def leave(self) -> None:
         """This value is back in memory, or out of the graph (pinned): its cost leaves
-        its class, which stays whole (it keeps the value, so that a later eviction
-        joins it again)."""
+        its class, which may no longer be connected: stale, it is made again when
+        next read."""
         c = self.counted
         if c is not None:
             r = self.cls.root()  # type: ignore[union-attr]
             r.cost -= c
             r.members -= 1
+            r.stale = True
             self.counted = None
 
-    def _count(self) -> Class:
-        """Add this value's cost to its class (a new one if it has none); the root."""
-        if self.cls is None:
-            root = self.cls = Class()
+    def _gather(self) -> Class:
+        """A new class of this value (out of memory) and the values out of memory
+        connected to it, merged with the classes it meets that are not stale: a value
+        of a stale class is moved into it, one of none counted in it.  Its root."""
+        root = self._into(Class())
+        todo = [self]
+        while todo:
+            for w in todo.pop()._near():
+                if type(w) is not Value:
+                    continue
+                if w.counted is not None:
+                    r = w.cls.root()  # type: ignore[union-attr]
+                    if not r.stale:
+                        root = _union(root, r)
+                        continue
+                elif w.pinned or (w.slots and not w.evicted):
+                    continue  # in memory, or out of the graph
+                root = w._into(root)
+                todo.append(w)
+        return root
+
+    def _into(self, root: Class) -> Class:
+        """Count this value in the class of ``root`` (out of its stale one); ``root``."""
+        c = self.counted
+        if c is None:
+            c = self.counted = int(self.cost * 1e9)
         else:
-            root = self.cls.root()
-        c = self.counted = int(self.cost * 1e9)
+            old = self.cls.root()  # type: ignore[union-attr]
+            old.cost -= c
+            old.members -= 1
+        self.cls = root
         root.cost += c
         root.members += 1
         return root
 
-    def _neighbours(self) -> list[Value]:
-        """Its inputs that are values of the tape, and its readers still alive."""
-        near = [u for u in self.inputs if type(u) is Value]
-        for r in self.users:
-            u = r()
-            if u is not None:
-                near.append(u)
-        return near
+    def _near(self) -> tuple:
+        """Its inputs and its readers (None for one collected; an input may be an
+        array, or a number): the callers take the Values."""
+        return (*self.inputs, *[r() for r in self.users])
 
     def __repr__(self) -> str:
         state = "evicted" if self.evicted else "resident"
@@ -204,13 +225,14 @@ class Class:
     with the cyclic collector) and holds its members' ``cost``, in nanoseconds, and
     how many they are."""
 
-    __slots__ = ("parent", "rank", "cost", "members")
+    __slots__ = ("parent", "rank", "cost", "members", "stale")
 
     def __init__(self) -> None:
         self.parent: Class | None = None
         self.rank = 0
         self.cost = 0
         self.members = 0
+        self.stale = False  # a member left: it may no longer be connected
 
     def root(self) -> Class:
         """The root of this class, the path to it made direct (path compression)."""
