@@ -292,6 +292,8 @@ class Cache(Choice):
             self.release(a)
         v.evicted = True
         v.cache = self
+        if getattr(self.heuristic, "neighbourhood", True):  # (h_dtr_eq's classes)
+            v.join()
         del self.resident[id(v)]
         stats = self._stats
         stats.evictions += 1
@@ -414,6 +416,7 @@ class Cache(Choice):
             self.hold(out)
         w.evicted = False
         w.cache = None
+        w.leave()
         w.print = None
         w.last = self.clock
         if w.slots:

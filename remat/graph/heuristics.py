@@ -14,7 +14,9 @@ Rematerialization* (ICLR 2021), so that they can be compared on one program:
 * :data:`h_dtr`: ``cost / (bytes * staleness)``, cheap to recompute, large and
   long unused goes first;
 * :data:`h_dtr_eq`: the same with the cost of the evicted neighbourhood added
-  (evicting a value next to evicted ones makes their recomputation dearer);
+  (evicting a value next to evicted ones makes their recomputation dearer), read
+  from the classes of values out of memory the tape keeps, as the paper's
+  ``h_DTR^eq`` does: a few look-ups a score (:mod:`remat.graph.value`);
 * :data:`lru`: the least recently used first;
 * :data:`largest_first`: the largest first.
 
@@ -38,6 +40,13 @@ class Heuristic:
     ``scores(values, now) -> list`` scores many at once (the tape scores a sample of
     candidates per eviction); by default it calls ``score`` on each, and the ones
     shipped here compute it in one comprehension, which is several times faster.
+
+    ``neighbourhood``: whether it reads ``value.evicted_neighbourhood_cost()``.  The
+    tape keeps the classes that reads at each eviction only for one that does (as
+    for any callable that is not a Heuristic).  One that reads it and says it does
+    not still gets a sum: the classes are then made when first read, without the
+    merges an eviction would have made (values no score has reached yet are left
+    out), so say so.
     """
 
     def __init__(
@@ -45,10 +54,12 @@ class Heuristic:
         name: str,
         score: Callable[[Any, int], float],
         scores: Callable[[list, int], list] | None = None,
+        neighbourhood: bool = True,
     ) -> None:
         self.name = name
         self.score = score
         self.scores = scores or (lambda values, now: [score(v, now) for v in values])
+        self.neighbourhood = neighbourhood
 
     def __call__(self, value: Any, now: int) -> float:
         return self.score(value, now)
@@ -65,16 +76,25 @@ h_dtr = Heuristic(
     "h_dtr",
     lambda v, now: v.cost / (max(v.size, 1) * _staleness(v, now)),
     lambda vs, now: [v.cost / ((v.size or 1) * (now - v.last + 1)) for v in vs],
+    neighbourhood=False,
 )
 h_dtr_eq = Heuristic(
     "h_dtr_eq",
     lambda v, now: (
         (v.cost + v.evicted_neighbourhood_cost()) / (max(v.size, 1) * _staleness(v, now))
     ),
+    lambda vs, now: [
+        (v.cost + v.evicted_neighbourhood_cost()) / ((v.size or 1) * (now - v.last + 1)) for v in vs
+    ],
 )
-lru = Heuristic("lru", lambda v, now: v.last, lambda vs, now: [v.last for v in vs])
+lru = Heuristic(
+    "lru", lambda v, now: v.last, lambda vs, now: [v.last for v in vs], neighbourhood=False
+)
 largest_first = Heuristic(
-    "largest_first", lambda v, now: -v.size, lambda vs, now: [-v.size for v in vs]
+    "largest_first",
+    lambda v, now: -v.size,
+    lambda vs, now: [-v.size for v in vs],
+    neighbourhood=False,
 )
 
 HEURISTICS = {h.name: h for h in (h_dtr, h_dtr_eq, lru, largest_first)}
