@@ -565,6 +565,7 @@ class Records(list):
             raise refuse("rm.checkpoint" if op.name != "loop" else "a checkpointed loop")
 
     def extend(self, records: Any) -> None:
+        records = list(records)
         for record in records:
             self.admit(record.op)
         list.extend(self, records)
