@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sys
 from contextvars import ContextVar
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from . import backend
 from .core import tape as core_tape
@@ -332,6 +332,10 @@ class Recorder(RecorderViews):
     ['exp', 'sum']
     """
 
+    # a Tape(remat=...)'s DTR cache, which the core's on_record hook finds through the
+    # recorder open (remat.graph.lazy.on_record); None on any other recorder
+    dtr_cache: Any = None
+
     def __init__(self, forwards: bool = True) -> None:
         self.records: list[Record] = []
         # A tape opened inside another lists its records there too (so that rm.jvp
@@ -347,6 +351,15 @@ class Recorder(RecorderViews):
         push_value(_TAPE_START, len(self.records))
         push_value(OPEN_TAPE, self)
         return self
+
+    def admit(self, op: Any) -> None:
+        """Called before a record of ``op`` that reverses itself (a checkpointed loop's,
+        chain's, scan's or function's) is listed here (:func:`remat.executor.outputs_of`):
+        a DTR tape's list refuses it (:class:`remat.graph.dtr.Records`).  Checked there,
+        not as each record is listed, an op pays nothing for it."""
+        admit = getattr(self.records, "admit", None)
+        if admit is not None:
+            admit(op)
 
     def _forget(self) -> None:
         """Drop the records no backward can reach: those a backward released, and those

@@ -10,7 +10,7 @@ from typing import Any
 from .. import backend
 from ..ops.core import Op
 from ..pytree import flatten
-from ..tape import GRAD_ENABLED, Record, check_step_value
+from ..tape import GRAD_ENABLED, OPEN_TAPE, Record, check_step_value
 from ..tensor import Tensor, refuse_complex
 from .errors import StepOutputError
 
@@ -137,7 +137,11 @@ CARRY_REAL = (
 
 def outputs_of(op, payload, parents, arrays, shape):
     """Tensors for ``arrays``, the outputs of one multi-output record of ``op``
-    (a chain, a checkpoint) whose args are ``payload`` and inputs ``parents``."""
+    (a chain, a checkpoint) whose args are ``payload`` and inputs ``parents``; refused
+    by a recorder open here that cannot hold it (a DTR tape: Recorder.admit)."""
+    tape = OPEN_TAPE.get()
+    if tape is not None:
+        tape.admit(op)
     record = Record(op, parents, payload, None, None, shape)
     width = len(arrays)
     return [

@@ -78,14 +78,13 @@ import weakref
 from typing import Any
 
 from .. import backend, guard
-from .. import tape as _tape
 from ..alive import keyword_arrays
 from ..core import tape as core_tape
 from ..executor import ReplayError
-from ..tape import OPEN_TAPE, BackwardError, Leaf, Record
+from ..tape import BackwardError, Leaf, Record
 from .choice import Choice
 from .heuristics import Heuristic
-from .lazy import Pending, build
+from .lazy import Pending, build, on_record
 from .options import DTR, DTRStats, refuse
 from .value import Value
 
@@ -476,22 +475,6 @@ _hooked: list[tuple] = [()]  # a snapshot of _caches' references, which the hook
 _dead: list[int] = []  # ids of caches finalized and not yet taken out of _caches
 
 
-_open_tape, _forward_mode = OPEN_TAPE.get, _tape.FORWARD_MODE.get
-
-
-def _on_record(record, datas, kwargs, out):
-    cache = getattr(_open_tape(), "dtr_cache", None)
-    if cache is not None:
-        if _forward_mode():
-            raise ValueError(
-                f"rm.jvp recording inside rm.Tape({cache.form}) is not supported: its forward "
-                "sweep reads saved values that DTR may have evicted"
-            )
-        pending = cache.pending  # while the budget is far: only notes (remat.graph.lazy)
-        if pending is None or not pending.record(cache, record, datas, kwargs, out):
-            cache.record(record, datas, kwargs, out)
-
-
 def _before_vjp(record):
     """Hand ``record`` to the cache it belongs to, if any (sweeps of every thread, of
     plain tapes too, call here: a cache must see only its own records)."""
@@ -506,8 +489,7 @@ def _before_vjp(record):
             elif cache.stale:  # (remat='optimal' let go of records holding placeholders)
                 cache.refuse_stale(record)
         elif record is pending.last or pending.find(key) is not None:  # lazy: count again
-            pending.update_peak(cache)  # at the next op; till then, no calls (the peak first)
-            pending.swept = True
+            pending.reached(cache)  # at the next op; till then, no calls (the peak first)
             _watch(cache, False)
 
 
@@ -564,7 +546,7 @@ def entered() -> None:
     """A DTR tape was entered: watch the ops recorded (on_record)."""
     with _lock:
         _open[0] += 1
-        core_tape.on_record = _on_record
+        core_tape.on_record = on_record  # (remat.graph.lazy's: it notes a chain's op itself)
 
 
 def exited() -> None:
@@ -576,14 +558,17 @@ def exited() -> None:
 
 
 class Records(list):
-    """A DTR tape's record list: it refuses a record it cannot evict nor recompute
-    (a loop's, a checkpoint's), at once."""
+    """A DTR tape's record list: it refuses a record it cannot evict nor recompute (a
+    loop's, a checkpoint's), at once: before one is made (:meth:`admit`, which
+    :func:`remat.executor.outputs_of` asks through the tape), or as a tape opened
+    inside lists its records here too.  Each op's record is appended unchecked."""
 
-    def append(self, record: Record) -> None:
-        if record.op.custom_backward is not None:
-            raise refuse("rm.checkpoint" if record.op.name != "loop" else "a checkpointed loop")
-        list.append(self, record)
+    def admit(self, op: Any) -> None:
+        if op.custom_backward is not None:
+            raise refuse("rm.checkpoint" if op.name != "loop" else "a checkpointed loop")
 
     def extend(self, records: Any) -> None:
+        records = list(records)
         for record in records:
-            self.append(record)
+            self.admit(record.op)
+        list.extend(self, records)

@@ -5,7 +5,8 @@ A DTR tape whose budget is never reached should cost about what a plain tape cos
 op).  Building the eager tables per op (a :class:`~remat.graph.value.Value` with its
 slots, readers and heuristic fields, a resident table, a count of holders per
 buffer) cost about 10 us an op.  So until what an op saves would pass ``m``,
-:class:`Pending` notes per op only what its record does not keep:
+:class:`Pending` notes per op only what its record does not keep (a chain's op,
+the common case, noted by the hook itself, :func:`on_record`, without a call):
 
 * what runs the op again: the record, its forward keywords, and per input the
   record of this tape that made it (checked to be the array read) or the array
@@ -52,9 +53,7 @@ from typing import Any
 
 from .. import backend, guard
 from ..alive import keyword_arrays
-from ..core.tape import next_sequence
-from ..guard import REBOUND
-from ..tape import Leaf, Record
+from ..tape import FORWARD_MODE, OPEN_TAPE, Leaf, Record
 from .value import Value
 
 _clock, _weak, _is_array, _owner = (
@@ -64,6 +63,7 @@ _clock, _weak, _is_array, _owner = (
     backend.memory_owner,
 )
 _watched = guard.WATCHED  # (a dict, changed in place: what was handed out)
+_open_tape, _forward_mode = OPEN_TAPE.get, FORWARD_MODE.get
 
 LEAF = -1
 """What ``Pending.owned`` maps a leaf's buffer to (it is not counted)."""
@@ -83,54 +83,41 @@ class Pending:
         # buffer may be in several: at least the count, were all counted); `exact`
         # while none is (then the bound is the count)
         self.bound, self.exact = 0, True
-        self.last: Any = None  # the record noted last (a Record), and its output's id
-        self.made = 0
+        self.last: Any = None  # the record noted last
+        # the record noted last, if an op reading its output may be noted by
+        # on_record's fast path (a buffer of its own, which the record does not save;
+        # no sweep since), else None; and (the check that it is read as made) its
+        # output's weak reference
+        self.chain: Any = None
+        self.ref: Any = _UNSEEN
         # a sweep has reached a noted record since the count was taken: count again
         # (and be watched by before_vjp again) at the next op; first, be watched
         self.swept = True
-        self.since = next_sequence()  # a value rebound after this: check each input
         self.pruned = 0  # notes dropped: with the notes kept, the ops recorded
 
     def record(self, cache: Any, record: Record, datas: Any, kwargs: Any, out: Any) -> bool:
         """Note ``record``; False (noting nothing) when what it saves would pass the
-        budget: the tape must then build its tables and evict."""
+        budget: the tape must then build its tables and evict.  (A chain's op, the
+        common case, is noted by :func:`on_record` itself, alike.)"""
         now = _clock()
         if self.swept:  # a sweep reached noted records: it may have released some
             self.recount(cache)
-        parents, last = record.parents, self.last
-        if (
-            parents[0] is last  # one input, the output of the op noted last, as made:
-            and len(parents) == 1  # the common case (a chain), unrolled
-            and self.made == id(datas[0])
-            and REBOUND[0] < self.since
-            and last.parents is not None
-        ):
-            inputs, consts = parents, ()
-            checks = guard.checks(datas) if _watched else None  # (a value's .data)
-            a, ans, adding = record.args[0], record.ans, 0
-            if a is not None:  # its input, saved: no note held it (the op noted last
-                # made it) unless that op saved it too, or it is a view
-                if a.base is None and last.ans is None:
-                    adding = a.nbytes
-                else:
-                    adding, self.exact = _owner(a).nbytes, False
-            if ans is not None:
-                adding += self._output(ans, datas)
-        else:
-            inputs, consts, checks, adding = self._resolve(cache, record, datas)
+        inputs, consts, checks, adding = self._resolve(cache, record, datas)
         if kwargs or record.kwargs:  # an index table its keywords keep: a constant
             extra = keyword_arrays(kwargs, record.kwargs)
             if extra:
                 consts = (*consts, *extra)
                 adding += sum(a.nbytes if a.base is None else _owner(a).nbytes for a in extra)
                 self.exact = False
-        note = (record, kwargs, inputs, _weak(out), out.dtype, now, checks, consts)
+        ref = _weak(out)
+        note = (record, kwargs, inputs, ref, out.dtype, now, checks, consts)
         bound = self.bound + adding
         if bound > cache.limit:  # near the budget: count exactly
             if not self._fits(cache, note):
                 return False  # the tape builds its tables and evicts
             bound = cache.bytes
-        self.bound, self.last, self.made = bound, record, id(out)
+        self.bound, self.last, self.ref = bound, record, ref
+        self.chain = record if record.ans is None and out.base is None else None
         self.notes.append(note)
         return True
 
@@ -149,17 +136,12 @@ class Pending:
         note holds (each as often as held: a bound)."""
         find, args, inputs, held = self.find, record.args, [], [record.ans]
         consts: tuple = ()
-        careful = REBOUND[0] >= self.since  # a tensor got a new value: its node's output?
+        last = self.last
         for i, node in enumerate(record.parents):
             d = datas[i]
-            if node is not None:
-                note = find(id(node))
-                if (
-                    note is not None
-                    and note[3]() is d
-                    and node.parents is not None
-                    and not (careful and getattr(node, "rebound", -1) >= 0)
-                ):
+            if node is not None:  # (the op noted last: its note is at hand, no index made)
+                note = self.notes[-1] if node is last else find(id(node))
+                if note is not None and note[3]() is d and node.parents is not None:
                     inputs.append(node)  # a value of this tape: its record remakes it
                     held.append(args[i])
                     continue
@@ -224,6 +206,13 @@ class Pending:
                 stats.peak_bytes = peak
         self.bound, self.exact = cache.bytes, True
 
+    def reached(self, cache: Any) -> None:
+        """A sweep reached a noted record (its first ``before_vjp`` call): the peak is
+        raised to the count before records go, and the count taken again at the next
+        op (which :func:`on_record` so leaves to :meth:`record`: ``last`` is forgotten)."""
+        self.update_peak(cache)
+        self.swept, self.last, self.chain = True, None, None
+
     def update_peak(self, cache: Any) -> None:
         """Raise the peak to the count (for ``tape.stats``, or before a sweep lets
         records go): the bound, while exact; else the notes are counted (:meth:`sync`)."""
@@ -243,7 +232,7 @@ class Pending:
         owned = dict.fromkeys(cache.leaves, LEAF)
         cache.bytes = self.bound = _count(self.notes, owned, 0)[0]
         self.owned, self.counted, self.exact = owned, len(self.notes), True
-        self.last, self.made = None, 0
+        self.last = self.chain = None
 
     def forgetting(self, cache: Any) -> dict[int, tuple]:
         """The tape is entered again (:func:`remat.graph.dtr.forget`): the peak
@@ -252,7 +241,7 @@ class Pending:
         self.update_peak(cache)
         notes = {id(note[0]): note for note in self.notes}
         self.pruned += len(notes)  # (less those kept, once known: the ops stay counted)
-        self.notes, self.index, self.last, self.made = [], {}, None, 0
+        self.notes, self.index, self.last, self.chain = [], {}, None, None
         return notes
 
     def forgot(self, cache: Any, notes: dict[int, tuple], dropped: bool) -> None:
@@ -286,6 +275,57 @@ class Pending:
     def ops(self) -> int:
         """The ops noted so far (``tape.stats.ops`` while lazy)."""
         return self.pruned + len(self.notes)
+
+
+def on_record(record: Record, datas: Any, kwargs: Any, out: Any) -> None:
+    """The core's ``on_record`` hook while a DTR tape is open (in any thread): ``record``
+    goes to the DTR tape open here, if any: to its cache's
+    :meth:`~remat.graph.dtr.Cache.record` once built, else to :meth:`Pending.record`
+    (and to both at the op whose saved arrays would pass the budget).
+
+    A chain's op, the common case, is noted here, inlined: one input, the output of
+    the op noted last as it made it (not a rebound tensor's new array), a buffer of
+    its own that op did not save; it saves only that input, and takes no keywords.
+    Then no other note holds the buffer (the bound stays exact), and the note is
+    :meth:`Pending.record`'s without its search for the input's note, nor a call:
+    bench_dtr's chain spends about 0.3 us less an op, of the 1 us issue 26 allows.
+    tests/graph/test_dtr_lazy.py checks both paths give the same notes and counts."""
+    tape = _open_tape()
+    if tape is None or tape.dtr_cache is None:
+        return
+    cache = tape.dtr_cache
+    if _forward_mode():
+        raise ValueError(
+            f"rm.jvp recording inside rm.Tape({cache.form}) is not supported: its forward "
+            "sweep reads saved values that DTR may have evicted"
+        )
+    pending = cache.pending
+    if pending is not None:
+        parents, a = record.parents, record.args[0]
+        if (
+            parents[0] is pending.chain  # (so not after a sweep reached a note: reached)
+            and len(parents) == 1
+            and pending.ref() is datas[0]
+            and a is not None
+            and record.ans is None
+            and not (kwargs or record.kwargs)
+        ):
+            now, ref = _clock(), _weak(out)
+            checks = guard.checks(datas) if _watched else None  # (a value's .data)
+            note = (record, None, parents, ref, out.dtype, now, checks, ())
+            bound = pending.bound + a.nbytes
+            if bound > cache.limit:  # near the budget: count exactly
+                if not pending._fits(cache, note):
+                    cache.record(record, datas, kwargs, out)  # builds the tables, evicts
+                    return
+                bound = cache.bytes
+            pending.bound, pending.last, pending.ref = bound, record, ref
+            pending.chain = record if out.base is None else None
+            pending.notes.append(note)
+            return
+        if pending.record(cache, record, datas, kwargs, out):
+            return
+    cache.record(record, datas, kwargs, out)
 
 
 def _count(notes: Any, owned: dict, total: int) -> tuple[int, bool]:

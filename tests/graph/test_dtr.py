@@ -408,6 +408,17 @@ def test_forms_dtr_does_not_run_are_refused_at_once(form):
             form(tape, x)
 
 
+# The records of a tape opened inside a DTR tape are listed there too: a checkpoint's
+# is refused as the inner tape closes (the list checks what is added, not each op).
+def test_a_checkpoint_on_a_tape_opened_inside_a_dtr_tape_is_refused():
+    x = rm.ones((2, 2), requires_grad=True)
+    with rm.Tape(memory="1 MiB", remat="dtr") as tape:
+        with pytest.raises(ValueError, match="remat='dtr'"):
+            with rm.Tape():
+                rm.checkpoint(rm.sin)(x)
+        assert not tape.records
+
+
 @pytest.mark.parametrize(
     "options, message",
     [

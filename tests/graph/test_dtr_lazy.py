@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import remat as rm
-from remat.graph import DTR
+from remat.graph import DTR, dtr, lazy
+from remat.tape import OPEN_TAPE
 
 from ..strategies import programs, run_program
 
@@ -363,3 +364,113 @@ def test_a_value_held_by_user_code_and_saved_by_no_record_is_read_not_remade():
     lazy, eager_ = twice(run, lambda: rm.Tape(memory=384, remat=DTR("lru")))
     assert_alike(lazy, eager_)
     assert lazy[1][0][1] == 3  # evictions
+
+
+# --- the chain's fast path (remat.graph.lazy.on_record) and the generic notes
+
+
+def generic_hook(record, datas, kwargs, out):
+    """The hook without its fast path: every lazy note is Pending.record's."""
+    cache = getattr(OPEN_TAPE.get(), "dtr_cache", None)
+    if cache is not None:
+        pending = cache.pending
+        if pending is None or not pending.record(cache, record, datas, kwargs, out):
+            cache.record(record, datas, kwargs, out)
+
+
+def noted(tape):
+    """What the notes of ``tape`` say, comparable across runs."""
+    pending = tape.dtr_cache.pending
+    if pending is None:
+        return None
+    kinds = lambda us: [type(u).__name__ for u in us]  # noqa: E731
+    notes = [(n[0].op.name, n[1], kinds(n[2]), n[4], n[6], len(n[7])) for n in pending.notes]
+    return notes, pending.bound, pending.exact, tape.dtr_cache.bytes
+
+
+def noting(forward):
+    """``run(tape)``: ``forward(x)`` on ``tape``, reversed; x's gradient, and what the
+    notes said before the sweep."""
+
+    def run(tape):
+        x = rm.tensor(np.linspace(-1.0, 1.0, WIDTH), requires_grad=True)
+        with tape:
+            loss = forward(x).sum()
+        notes = noted(tape)
+        loss.backward()
+        return [x.grad], notes
+
+    return run
+
+
+FAST_PATH_PROGRAMS = {  # chains of sin (the fast path's), and what it leaves to the other
+    "chain": noting(lambda x: chain(x, 40)),
+    "chain and views": noting(lambda x: chain(rm.sin(rm.exp(x))[::2].reshape(10, -1).T, 8)),
+    "shared buffers": noting(lambda x: shared(x, np.linspace(0.5, 1.5, WIDTH), 3)),
+    "rebound": noting(lambda x: _rebinding(x, None)),
+}
+
+
+# The fast path must note, count and trigger as the generic path does (a budget never
+# reached, and one reached while it notes): the same notes, bound, stats and gradients.
+@pytest.mark.parametrize("name", FAST_PATH_PROGRAMS)
+@pytest.mark.parametrize("share", [None, 0.6])
+def test_the_chains_fast_path_notes_as_the_generic_path(monkeypatch, name, share):
+    program = FAST_PATH_PROGRAMS[name]
+    full = rm.Tape(memory=2**40, remat="dtr")
+    program(full)
+    m = 2**40 if share is None else int(full.stats.peak_bytes * share)
+
+    def run():
+        tape = rm.Tape(memory=m, remat=DTR("lru"))
+        try:
+            grads, notes = program(tape)
+        except MemoryError as error:  # (too small for this program: refused alike)
+            return (), str(error), None
+        s = tape.stats
+        return grads, notes, (s.ops, s.evictions, s.recomputed_ops, s.peak_bytes)
+
+    generic = lazy.Pending.record
+    calls = []
+    monkeypatch.setattr(lazy.Pending, "record", lambda *a: calls.append(1) or generic(*a))
+    fast = run()
+    monkeypatch.setattr(dtr, "on_record", generic_hook)
+    ops = len(calls)
+    slow = run()
+    assert fast[1:] == slow[1:]
+    for a, b in zip(fast[0], slow[0]):
+        np.testing.assert_array_equal(a, b)
+    if name == "chain" and share is None:  # the first sin (its input a leaf), the sums
+        assert ops == 3 and len(calls) == ops + fast[2][0]
+    if name == "chain and views":
+        assert fast[2][1] == 0 if share is None else fast[2][1] > 0  # (it evicted)
+
+
+# Bug guarded: a tensor given another array and then its own back (t.data = a; t.data =
+# orig) was read by the lazy notes as a constant, by an eager tape as its op's value:
+# other tables once built (the lazy tape also refused what a rebound node made).
+def test_a_value_rebound_to_its_own_array_is_its_ops_value_as_on_an_eager_tape():
+    def run(tape):
+        x = rm.tensor(np.linspace(-1.0, 1.0, WIDTH), requires_grad=True)
+        with tape:
+            h = rm.sin(x) * 2.0
+            orig = h.data
+            h.data = orig * 1.0
+            h.data = orig  # its op's own array again
+            for _ in range(6):
+                h = rm.sin(h)
+            loss = h.sum()
+        cache = tape.dtr_cache
+        values = sorted(cache.values.values(), key=lambda v: v.index)
+        inputs = [[type(u).__name__ for u in v.inputs] for v in values]
+        loss.backward()
+        return [x.grad], inputs
+
+    m = 5 * 8000  # passed at the last sin: the tables are built then
+    (g1, lazy_inputs), (g2, eager_inputs) = (
+        run(rm.Tape(memory=m, remat="dtr")),
+        run(eager(rm.Tape(memory=m, remat="dtr"))),
+    )
+    assert lazy_inputs == eager_inputs
+    assert lazy_inputs[2] == ["Value"]  # the sin reading the rebound value
+    np.testing.assert_array_equal(g1[0], g2[0])
