@@ -376,20 +376,22 @@ class Cache(Choice, Room):
             need.sort(key=lambda w: w.record.seq)
             uses: dict[int, int] = {}
             for w in need:
-                for k in {id(u) for u in w.inputs if type(u) is Value}:
-                    uses[k] = uses.get(k, 0) + 1
+                for u in w.inputs:
+                    if type(u) is Value:
+                        uses[id(u)] = uses.get(id(u), 0) + 1
             for w in need:
                 reading = self._read_inputs(w, have)
                 out = _recompute(
                     self, w, [reading[id(u)] if type(u) is Value else u for u in w.inputs]
                 )
-                for k, arr in reading.items():
-                    uses[k] -= 1
-                    if uses[k]:
-                        have[k] = arr  # (held still, for a later op)
-                    else:
-                        self.release(arr)
-                reading = arr = None
+                for u in w.inputs:
+                    if type(u) is Value:
+                        uses[id(u)] -= 1
+                        if uses[id(u)] == 0:
+                            self.release(reading.pop(id(u)))
+                if reading is not have:
+                    have.update(reading)  # (held still, for later ops)
+                reading = None
                 self.make_room([out], w.record)
                 self.hold(out)
                 have[id(w)] = out
