@@ -7,14 +7,14 @@ in progress hold.  A recomputation (``Cache.materialize``) holds the values it
 reads and makes until their last read, so that no eviction takes them meanwhile;
 where nothing else can be evicted, it lets go of them (:meth:`Room._release_held`)
 and reads each again when an op needs it: from memory where it still is, else
-recomputed (recursively; an op's inputs to recompute first, those in memory
-after).  Before, a recomputation in the reverse sweep held every value it would
-read from its start; which values those were followed the heuristic's choices,
-and ``h_dtr``'s follow measured times: on the small transformer at a third of
-store-all's bytes, a budget that had worked failed in about one run in a hundred
-under load.  Now what must fit at once is the inputs and output of the op being
-recomputed and of each op waiting on it: where that passes the budget, a
-MemoryError says so, naming the op and the bytes.
+recomputed (recursively).  Before, a recomputation in the reverse sweep held every
+value it would read from its start; which values those were followed the
+heuristic's choices, and ``h_dtr``'s follow measured times: on the small
+transformer at a third of store-all's bytes, a budget that had worked failed in
+about one run in a hundred under load.  Now what must fit at once is the inputs
+and output of the op being recomputed and of each op waiting on one of its
+inputs to be recomputed (a chain of those still follows the choices): where that
+passes the budget, a MemoryError says so, naming the op and the bytes.
 """
 
 from __future__ import annotations
@@ -89,36 +89,26 @@ class Room:
     def _read_inputs(self, w: Value, have: dict) -> dict[int, Any]:
         """The arrays of ``w``'s input values by id, each held (counted) by the caller
         till it lets go: ``have`` itself where it holds them all, else a dict of them
-        taken from ``have``, else from memory, else recomputed (a value let go of).
-        Those to recompute come first, and those in memory are taken after (if still
-        there; else recomputed in turn): held while another is recomputed, a value per
-        op waiting would pile up along a chain of recomputations (an MLP's ``tanh`` per
-        layer, each ``add`` waiting on the ``multiply`` of the layer before)."""
+        taken from ``have``, else from memory, else recomputed (a value let go of);
+        those read first are held while the next is recomputed."""
         for u in w.inputs:
             if type(u) is Value and id(u) not in have:
                 break
         else:
             return have  # the common case: all held (taken from it after the op)
         reading: dict[int, Any] = {}
-        values = {id(u): u for u in w.inputs if type(u) is Value}
-        while len(reading) < len(values):
-            for k, u in values.items():
-                if k not in reading and k not in have and u.ref() is None:
-                    reading[k] = self._take(self.materialize(u), w)
-            for k, u in values.items():
-                if k not in reading:
-                    arr = have.pop(k, None)
-                    if arr is not None:
-                        reading[k] = arr
-                    elif (arr := u.ref()) is not None:  # (else evicted meanwhile: made next)
-                        reading[k] = self._take(arr, w)
+        for u in w.inputs:
+            if type(u) is not Value or id(u) in reading:
+                continue
+            arr = have.pop(id(u), None)
+            if arr is None:  # let go of (make_room needed the room)
+                arr = u.ref()
+                if arr is None:
+                    arr = self.materialize(u)
+                self.make_room([arr], w.record)
+                self.hold(arr)
+            reading[id(u)] = arr
         return reading
-
-    def _take(self, arr: Any, w: Value) -> Any:
-        """``arr``, which ``w`` reads, held (counted) from now."""
-        self.make_room([arr], w.record)
-        self.hold(arr)
-        return arr
 
     def _too_small(self, adding, record):
         need = self.bytes + adding
