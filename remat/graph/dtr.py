@@ -43,8 +43,11 @@ has the room the live program leaves.  A record a live Tensor still reaches stay
 its values evicted or not, and a backward through it later is store-all's.
 
 Too small a budget raises a MemoryError at the op where the values that cannot be
-evicted (held by user code, read by the op being computed, or constants) pass
-it, naming how many bytes they take: the least that can work there.
+evicted (held by user code, read or made by the op being computed or recomputed, or
+constants) pass it, naming how many bytes they take: the least that can work there.
+A recomputation holds what it will read again only while that fits
+(:mod:`remat.graph.room`), so the least budget that works hardly follows which
+values were evicted (h_dtr's choices follow measured times, which change run to run).
 
 Random numbers: ``rm.random`` draws are constants, not ops, so a recipe
 keeps the drawn array and a recomputation reads the same numbers.  Every
@@ -86,6 +89,7 @@ from .choice import Choice
 from .heuristics import Heuristic
 from .lazy import Pending, build, on_record
 from .options import DTR, DTRStats, refuse
+from .room import Room
 from .value import Value
 
 
@@ -134,7 +138,7 @@ def _set_slot(record, i, value):
         record.args = (*args[:i], value, *args[i + 1 :])
 
 
-class Cache(Choice):
+class Cache(Choice, Room):
     """The values one DTR tape saves, what they cost, and the byte count against ``limit``."""
 
     form = "remat='dtr'"  # how its errors name the tape's option
@@ -161,6 +165,7 @@ class Cache(Choice):
         self.queued_at = 0  # the clock's tick when it was scored
         self.pending: Pending | None = Pending()  # None once the tables are built
         self.watched = False  # whether before_vjp calls reach it (see _watch)
+        self.recomputing: list[dict] = []  # per one in progress: what it holds (Room)
 
     @property
     def stats(self) -> DTRStats:
@@ -269,18 +274,6 @@ class Cache(Choice):
         _watch(self)
 
     # --- eviction -----------------------------------------------------------------
-    def make_room(self, arrays: list, record: Record) -> None:
-        """Evict until holding ``arrays`` fits in the budget.  What they add is counted
-        again after each eviction: evicting a view may uncount the buffer of one of them."""
-        while True:
-            adding = self.adding(arrays)
-            if self.bytes + adding <= self.limit:
-                return
-            v = self._choose()
-            if v is None:
-                raise self._too_small(adding, record)
-            self.evict(v)
-
     def evict(self, v: Value) -> None:
         """Drop ``v``'s array from its slots (each slot then holds ``v``, which remakes it)."""
         a = v.ref()
@@ -297,17 +290,6 @@ class Cache(Choice):
         stats = self._stats
         stats.evictions += 1
         stats.evicted_by_op[v.index] = stats.evicted_by_op.get(v.index, 0) + 1
-
-    def _too_small(self, adding, record):
-        need = self.bytes + adding
-        return MemoryError(
-            f"rm.Tape(memory={self.limit}, {self.form}): at op `{record.op.name}` (output "
-            f"shape {record.shape}; op {self._stats.ops} recorded on this tape) the tape must "
-            f"hold {need} bytes at once, none of which can be evicted: the values user code "
-            "still holds (or an op being computed reads) that its records save, the "
-            "constants its ops read, and what this op saves. Give memory= at least "
-            f"{need} bytes, or hold fewer values (let go of Tensors you no longer need)"
-        )
 
     # --- backward -----------------------------------------------------------------
     def before_vjp(self, record: Record) -> None:
@@ -357,11 +339,14 @@ class Cache(Choice):
 
     # --- recomputation ------------------------------------------------------------
     def materialize(self, target: Value) -> Any:
-        """``target``'s array, recomputed from the nearest values in memory."""
+        """``target``'s array, recomputed from the nearest values in memory.  The values
+        its ops read that are in memory are held from the start (if they fit), each value
+        it makes from then, each till its last read here; where room is needed and
+        nothing else can be evicted, they are let go of (:mod:`remat.graph.room`)."""
         a = target.ref()
         if a is not None:
             return a
-        need, have, todo, seen = [], {}, [target], {id(target)}
+        need, frontier, todo, seen = [], {}, [target], {id(target)}
         while todo:
             w = todo.pop()
             if w.pinned:
@@ -378,36 +363,51 @@ class Cache(Choice):
                     if arr is None:
                         todo.append(u)
                     else:
-                        have[id(u)] = arr  # held here: no eviction can take it now
-        # the inputs in memory count while the recomputation reads them (a value user code
-        # holds that no record saves was not counted so far)
-        self.make_room(list(have.values()), target.record)
-        for arr in have.values():
-            self.hold(arr)
-        need.sort(key=lambda w: w.record.seq)
-        uses: dict[int, int] = {}
-        for w in need:
-            for u in w.inputs:
-                if type(u) is Value:
-                    uses[id(u)] = uses.get(id(u), 0) + 1
-        for w in need:
-            out = _recompute(self, w, [have[id(u)] if type(u) is Value else u for u in w.inputs])
-            for u in w.inputs:
-                if type(u) is Value:
-                    uses[id(u)] -= 1
-                    if uses[id(u)] == 0:
-                        self.release(have.pop(id(u)))
-            self.make_room([out], w.record)
-            self.hold(out)
-            have[id(w)] = out
-            w.ref = weakref.ref(out)
-            if w.evicted:
-                self._restore(w, out)
-        out = have.pop(id(target))
-        self.release(out)
-        for arr in have.values():  # nothing is left but in a DAG of odd shape
-            self.release(arr)
-        return out
+                        frontier[id(u)] = arr  # held here: no eviction can take it now
+        have: dict[int, Any] = {}  # what this recomputation holds for its later ops
+        self.recomputing.append(have)
+        try:
+            # the inputs in memory count while the recomputation reads them (a value user
+            # code holds that no record saves was not counted so far)
+            if self._fits(list(frontier.values())):
+                for k, arr in frontier.items():
+                    self.hold(arr)
+                    have[k] = arr
+            frontier = arr = None  # (else read: from memory, when an op reads it)
+            need.sort(key=lambda w: w.record.seq)
+            uses: dict[int, int] = {}
+            for w in need:
+                for u in w.inputs:
+                    if type(u) is Value:
+                        uses[id(u)] = uses.get(id(u), 0) + 1
+            for w in need:
+                reading = self._read_inputs(w, have)
+                out = _recompute(
+                    self, w, [reading[id(u)] if type(u) is Value else u for u in w.inputs]
+                )
+                for u in w.inputs:
+                    if type(u) is Value:
+                        uses[id(u)] -= 1
+                        if uses[id(u)] == 0:
+                            self.release(reading.pop(id(u)))
+                if reading is not have:
+                    have.update(reading)  # (held still, for later ops)
+                reading = None
+                self.make_room([out], w.record)
+                self.hold(out)
+                have[id(w)] = out
+                w.ref = weakref.ref(out)
+                if w.evicted:
+                    self._restore(w, out)
+                out = None  # (held by `have` alone, which Room may let go of)
+            out = have.pop(id(target))
+            self.release(out)
+            for arr in have.values():  # nothing is left but in a DAG of odd shape
+                self.release(arr)
+            have.clear()
+            return out
+        finally:
+            self.recomputing.pop()  # (this one: they nest)
 
     def _restore(self, w: Value, out: Any) -> None:
         for record, i in w.slots:  # `out` is counted already: no new bytes
