@@ -8,8 +8,9 @@ and arrays over a threshold that moves are mapped and unmapped one by one, so th
 run faults its pages in afresh (the kernel zeroes each).  This measures what that costs
 on the large size of the graph workloads (:data:`benchmarks.bench_graph.WORKLOADS`),
 where store-all holds 74-118 MiB: store-all, ``rm.checkpoint`` per block and DTR
-(``h_dtr``) at 33% of store-all's saved bytes, each heap in its own process (the
-heap's mode is set when a process starts), the two processes alternated, two of each.
+(``h_dtr_eq``, the default) at 33% of store-all's saved bytes, each heap in its own
+process (the heap's mode is set when a process starts), the two processes alternated,
+two of each.
 
 Per method and heap: the median time of forward + backward (median over the processes
 of each one's median of interleaved runs), and the pages faulted in afresh per run
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 
-METHODS = ("store_all", "checkpoint", "dtr:h_dtr")
+METHODS = ("store_all", "checkpoint", "dtr:h_dtr_eq")
 SHARE = 0.33
 QUICK_SHARE = 0.5  # the tiny U-Net's least budget is over 33%
 HEAPS = ("default", "held")
@@ -49,8 +50,8 @@ def child(name, repeats, quick=False):
     runs = {
         "store_all": lambda: workload.loss_and_gradients(rm.Tape()),
         "checkpoint": lambda: workload.loss_and_gradients(wrap=rm.checkpoint),
-        "dtr:h_dtr": lambda: workload.loss_and_gradients(
-            rm.Tape(memory=budget, remat=DTR("h_dtr"))
+        "dtr:h_dtr_eq": lambda: workload.loss_and_gradients(
+            rm.Tape(memory=budget, remat=DTR("h_dtr_eq"))
         ),
     }
     figures = {method: ([], []) for method in METHODS}
@@ -101,7 +102,7 @@ def run(quick=False):
         for m in METHODS:
             default, held = med["default"][m], med["held"][m]
             rows.append([
-                name, m if m != "dtr:h_dtr" else f"dtr:h_dtr @ {share:.0%}",
+                name, m if m != "dtr:h_dtr_eq" else f"dtr:h_dtr_eq @ {share:.0%}",
                 f"{default[0] * 1e3:.1f}", f"{held[0] * 1e3:.1f}",
                 f"{default[0] / held[0]:.2f}x",
                 f"{default[0] / med['default']['store_all'][0]:.2f}x",

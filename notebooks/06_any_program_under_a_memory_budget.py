@@ -193,7 +193,8 @@ show(fig,
 # * DTR with each heuristic, `rm.Tape(memory=b, remat=DTR(name))`:
 #   * `h_dtr`: evict the lowest `cost / (bytes x staleness)` (cheap to recompute,
 #     large, long unused);
-#   * `h_dtr_eq`: the same, with the cost of the evicted neighbourhood added;
+#   * `h_dtr_eq`: the same, with the cost of the evicted neighbourhood added (the
+#     default of `remat="dtr"`: the DTR paper's own);
 #   * `lru`: the least recently used;
 #   * `largest_first`: the largest;
 # * the optimal plan, `rm.Tape(memory=b, remat="optimal")`,

@@ -373,7 +373,8 @@ class Cache(Choice, Room):
                 for k, arr in frontier.items():
                     self.hold(arr)
                     have[k] = arr
-            frontier = arr = None  # (else read: from memory, when an op reads it)
+            frontier.clear()  # (else read: from memory, when an op reads it)
+            arr = None
             need.sort(key=lambda w: w.record.seq)
             uses: dict[int, int] = {}
             for w in need:
@@ -392,7 +393,7 @@ class Cache(Choice, Room):
                             self.release(reading.pop(id(u)))
                 if reading is not have:
                     have.update(reading)  # (held still, for later ops)
-                reading = None
+                del reading
                 self.make_room([out], w.record)
                 self.hold(out)
                 have[id(w)] = out

@@ -13,15 +13,17 @@ Rematerialization* (ICLR 2021), so that they can be compared on one program:
 
 * :data:`h_dtr`: ``cost / (bytes * staleness)``, cheap to recompute, large and
   long unused goes first;
-* :data:`h_dtr_eq`: the same with the cost of the evicted neighbourhood added
+* :data:`h_dtr_eq` (the default of ``remat="dtr"``): the same with the cost of the
+  evicted neighbourhood added
   (evicting a value next to evicted ones makes their recomputation dearer), read
   from the classes of values out of memory the tape keeps, as the paper's
   ``h_DTR^eq`` does: a few look-ups a score (:mod:`remat.graph.value`);
 * :data:`lru`: the least recently used first;
 * :data:`largest_first`: the largest first.
 
-``h_dtr`` and ``h_dtr_eq`` read measured times, so their choices (and the least
-budget that works) may differ between runs; ``lru`` and ``largest_first`` do not.
+``h_dtr`` and ``h_dtr_eq`` read measured times, so their choices may differ between
+runs (the least budget that works hardly does: :mod:`remat.graph.room`); ``lru`` and
+``largest_first`` choose alike every run.
 
 >>> from remat.graph import heuristics
 >>> sorted(heuristics.HEURISTICS)

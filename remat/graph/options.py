@@ -16,17 +16,17 @@ class DTR:
     """``rm.Tape(memory=m, remat=DTR(heuristic))``: DTR with a chosen heuristic.
 
     ``heuristic`` is a name in :data:`remat.graph.heuristics.HEURISTICS`
-    ("h_dtr", the default, "h_dtr_eq", "lru", "largest_first") or any
+    ("h_dtr_eq", the default: the DTR paper's own, "h_dtr", "lru", "largest_first") or any
     callable ``score(value, now) -> float`` (lowest evicted first);
     ``remat="dtr"`` is ``DTR()``.
 
     >>> import remat as rm
     >>> from remat.graph import DTR
     >>> DTR("lru"), DTR()
-    (DTR('lru'), DTR('h_dtr'))
+    (DTR('lru'), DTR('h_dtr_eq'))
     """
 
-    def __init__(self, heuristic: str | Any = "h_dtr") -> None:
+    def __init__(self, heuristic: str | Any = "h_dtr_eq") -> None:
         if isinstance(heuristic, str):
             if heuristic not in HEURISTICS:
                 raise ValueError(

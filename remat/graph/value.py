@@ -241,7 +241,7 @@ class Class:
             r = r.parent
         c = self
         while c is not r:
-            c.parent, c = r, c.parent  # type: ignore[assignment]
+            c.parent, c = r, c.parent
         return r
 
 

@@ -95,7 +95,7 @@ def test_quick_run_prints_its_table(name):
     if name == "graph":  # every method's gradients are store-all's bit for bit, both sizes
         assert "**NO**" not in text and "**FAILURE**" not in text
         assert "### unet, small: " in text and "### unet, large: " in text
-        assert "| dtr:h_dtr at 33%: <= 1.25x store-all | resnet (large) @ 33% |" in text
+        assert "| dtr:h_dtr_eq at 33%: <= 1.25x store-all | resnet (large) @ 33% |" in text
     if name == "transformer":
         has_torch = importlib.util.find_spec("torch") is not None
         assert ("torch selective" if has_torch else "torch skipped: ") in text
