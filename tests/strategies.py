@@ -17,6 +17,7 @@ does: ``run_program(..., release=True)``).  A new op
 joins every one of those tests by joining a table here.
 """
 
+import numpy as np
 from hypothesis import strategies as st
 
 import remat as rm
@@ -100,3 +101,18 @@ def program_loss(program, x, y):
     """A scalar of the program run on ``(x, y)``: ``sum(v * v) + sum(v)`` of its last value."""
     v = run_program(program, [x, y])[-1]
     return (v * v).sum() + v.sum()
+
+
+def program_gradients(program, tape, n=4, dtype=None):
+    """The program on two ``n x n`` leaves inside ``tape``, each value let go of after its
+    last read (``run_program(release=True)``); backward of ``program_loss``'s scalar; the
+    leaves' gradients (float64 unless ``dtype``)."""
+    rng, dtype = np.random.default_rng(0), dtype or np.float64
+    x = rm.tensor((rng.standard_normal((n, n)) * 0.5).astype(dtype), requires_grad=True)
+    y = rm.tensor((rng.standard_normal((n, n)) * 0.5).astype(dtype), requires_grad=True)
+    with tape:
+        v = run_program(program, [x, y], release=True)[-1]
+        loss = (v * v).sum() + v.sum()
+        v = None
+    loss.backward()
+    return [x.grad, y.grad]

@@ -22,7 +22,7 @@ import remat as rm
 from remat.graph import DTR, Heuristic
 from remat.graph.value import Value
 
-from ..strategies import programs, run_program
+from ..strategies import program_gradients, programs
 
 # --- graphs built by hand ---------------------------------------------------------
 
@@ -264,20 +264,6 @@ def test_evicted_values_of_a_tape_are_counted_in_their_classes():
 
 # --- random programs: gradients bit for bit -----------------------------------------
 
-N = 4
-
-
-def run(program, tape):
-    rng = np.random.default_rng(0)
-    x = rm.tensor(rng.standard_normal((N, N)) * 0.5, requires_grad=True)
-    y = rm.tensor(rng.standard_normal((N, N)) * 0.5, requires_grad=True)
-    with tape:
-        v = run_program(program, [x, y], release=True)[-1]
-        loss = (v * v).sum() + v.sum()
-        v = None
-    loss.backward()
-    return [x.grad, y.grad]
-
 
 def _larger_neighbourhood_first(value, now):
     return -value.evicted_neighbourhood_cost()
@@ -295,14 +281,14 @@ SCORES = {
 @settings(max_examples=30, deadline=None)
 @given(programs(max_size=14), st.floats(0.0, 1.0), st.sampled_from(sorted(SCORES)))
 def test_random_programs_under_random_budgets_give_store_alls_gradients(program, fraction, name):
-    expected = run(program, rm.Tape())
+    expected = program_gradients(program, rm.Tape())
     full = rm.Tape(memory=2**40, remat="dtr")
-    run(program, full)
+    program_gradients(program, full)
     budget = max(1, int(full.stats.peak_bytes * fraction))
     for _ in range(40):  # up to the least that works, as the MemoryError says it
         tape = rm.Tape(memory=budget, remat=SCORES[name])
         try:
-            got = run(program, tape)
+            got = program_gradients(program, tape)
         except MemoryError as e:
             least = int(str(e).split("Give memory= at least ")[1].split()[0])
             assert least > budget

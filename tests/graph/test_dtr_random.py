@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import remat as rm
 from remat.graph import DTR, HEURISTICS
 
-from ..strategies import programs, run_program
+from ..strategies import program_gradients, programs, run_program
 
 N = 4
 NEVER = 2**40
@@ -45,20 +45,6 @@ def heuristic_of(name):
     return DTR(name) if name in HEURISTICS else DTR(SCORES[name])
 
 
-def run(program, tape, dtype=np.float64):
-    """The program on two leaves (held by the caller) inside ``tape``; backward; the
-    leaves' gradients."""
-    rng = np.random.default_rng(0)
-    x = rm.tensor((rng.standard_normal((N, N)) * 0.5).astype(dtype), requires_grad=True)
-    y = rm.tensor((rng.standard_normal((N, N)) * 0.5).astype(dtype), requires_grad=True)
-    with tape:
-        v = run_program(program, [x, y], release=True)[-1]
-        loss = (v * v).sum() + v.sum()
-        v = None
-    loss.backward()
-    return [x.grad, y.grad]
-
-
 def least_that_works(message):
     return int(re.search(r"Give memory= at least (\d+) bytes", message).group(1))
 
@@ -77,9 +63,9 @@ def least_that_works(message):
 def test_random_graphs_give_store_alls_gradients_or_say_the_least_that_works(
     program, fraction, name, dtype
 ):
-    expected = run(program, rm.Tape(), dtype)
+    expected = program_gradients(program, rm.Tape(), dtype=dtype)
     full = rm.Tape(memory=NEVER, remat="dtr")
-    got = run(program, full, dtype)
+    got = program_gradients(program, full, dtype=dtype)
     for g, e in zip(got, expected):
         assert (g is None) == (e is None)
         if e is not None:
@@ -93,7 +79,7 @@ def test_random_graphs_give_store_alls_gradients_or_say_the_least_that_works(
     for _ in range(40):
         tape = rm.Tape(memory=budget, remat=heuristic_of(name))
         try:
-            got = run(program, tape, dtype)
+            got = program_gradients(program, tape, dtype=dtype)
         except MemoryError as error:
             message = str(error)
             assert message.startswith(f"rm.Tape(memory={budget}, remat='dtr'): at op `")
