@@ -166,6 +166,7 @@ class Cache(Choice, Room):
         self.pending: Pending | None = Pending()  # None once the tables are built
         self.watched = False  # whether before_vjp calls reach it (see _watch)
         self.recomputing: list[dict] = []  # per one in progress: what it holds (Room)
+        self.remade_from = 0  # recomputed_ops when the outermost one in progress began
 
     @property
     def stats(self) -> DTRStats:
@@ -346,6 +347,8 @@ class Cache(Choice, Room):
         a = target.ref()
         if a is not None:
             return a
+        if not self.recomputing:  # the outermost: what Room bounds its letting go by
+            self.remade_from = self._stats.recomputed_ops
         need, frontier, todo, seen = [], {}, [target], {id(target)}
         while todo:
             w = todo.pop()

@@ -24,6 +24,10 @@ from typing import Any
 from ..tape import Record
 from .value import Value
 
+LET_GO_ROUNDS = 4
+"""How many times the tape's values the outermost recomputation in progress may recompute
+while it still lets go of what recomputations hold (:meth:`Room._release_held`)."""
+
 
 class Room:
     """Making room in a :class:`~remat.graph.dtr.Cache`, whose count, choice and
@@ -33,6 +37,8 @@ class Room:
     limit: int
     form: str
     recomputing: list[dict]  # per recomputation in progress: what it holds for its later ops
+    remade_from: int  # the ops recomputed when the outermost recomputation began
+    values: dict
     _stats: Any
 
     def adding(self, arrays: Any) -> int:
@@ -77,7 +83,15 @@ class Room:
         ops (each :meth:`materialize`'s ``have``; not the inputs of the op it runs):
         a value saved in a slot stays there, resident, so it can be evicted; one no
         record saves is freed.  Their later ops read them again from memory, or make
-        them again.  Whether there was any."""
+        them again.  Whether there was any.
+
+        Not once the outermost recomputation in progress has recomputed
+        :data:`LET_GO_ROUNDS` times as many ops as the tape has values: past that,
+        nested recomputations were letting go of each other's values and making them
+        again without end (a chain with skips under ``h_dtr``: 800,000 recomputations
+        of 302 ops and counting), and the budget is too small for them: a MemoryError."""
+        if self._stats.recomputed_ops - self.remade_from > LET_GO_ROUNDS * len(self.values):
+            return False
         dropped = False
         for have in self.recomputing:
             for arr in have.values():
@@ -113,6 +127,12 @@ class Room:
     def _too_small(self, adding, record):
         need = self.bytes + adding
         where = " (recomputing it for the reverse sweep)" if self.recomputing else ""
+        remade = self._stats.recomputed_ops - self.remade_from
+        if self.recomputing and remade > LET_GO_ROUNDS * len(self.values):
+            where += (
+                f", after {remade} ops recomputed to reach it, recomputations letting go "
+                "of each other's values and making them again"
+            )
         return MemoryError(
             f"rm.Tape(memory={self.limit}, {self.form}): at op `{record.op.name}` (output "
             f"shape {record.shape}{where}; op {self._stats.ops} recorded on this tape) the "
