@@ -14,9 +14,10 @@ two of each.
 
 Per method and heap: the median time of forward + backward (median over the processes
 of each one's median of interleaved runs), and the pages faulted in afresh per run
-(``ru_minflt`` of ``getrusage``, 4 KiB each).  The more a run holds, the more it
-faults in with glibc's default, so store-all pays most: its ratio to the budgeted
-runs is not remat's alone there.
+(``ru_minflt`` of ``getrusage``, 4 KiB each).  With glibc's default every method
+faults pages in afresh each run, how many depending on what it holds and how it
+reuses the heap (2026-12-02: store-all 39-128 MiB a run, 1.15-1.69x its time with
+the heap held), so a ratio to store-all there is not remat's alone.
 """
 
 from benchmarks.common import environment, table  # noqa: I001  (pins BLAS threads first)

@@ -6,10 +6,10 @@ Import this module before NumPy so that the thread limits take effect.
 The heap is held (:func:`hold_heap`, on glibc): freed memory stays in the process
 for the next run, as a GPU's caching pool keeps it, instead of going back to the
 system at the end of each run to be faulted in afresh (and zeroed) by the next.
-With glibc's default, a forward and backward that holds 100 MiB paid that every run,
-and paid it more the more it held: store-all's runs at the graph workloads' large
-size took 20-60% longer than with the heap held, budgeted runs less, so that they
-looked faster than store-all (``python -m benchmarks heap`` measures it).  Set
+With glibc's default, a forward and backward that holds 100 MiB paid that every run:
+store-all's runs at the graph workloads' large size took 15-70% longer than with the
+heap held, and budgeted runs, which paid less, looked faster than store-all
+(``python -m benchmarks heap`` measures it).  Set
 ``REMAT_BENCH_HEAP=default`` to measure with glibc's default instead.
 """
 
